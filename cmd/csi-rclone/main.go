@@ -1,0 +1,82 @@
+// Command csi-rclone is the CSI driver: node plugin, controller, or both, and
+// (started again by itself) the per-volume mount worker.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/csi-rclone/csi-rclone/pkg/driver"
+	"github.com/csi-rclone/csi-rclone/pkg/worker"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if worker.IsWorkerInvocation(os.Args) {
+		worker.Main()
+	}
+	if len(os.Args) > 1 && os.Args[1] == "version" {
+		fmt.Println(version)
+		return
+	}
+	if err := run(os.Args[1:]); err != nil {
+		klog.ErrorS(err, "csi-rclone failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fl := flag.NewFlagSet("csi-rclone", flag.ContinueOnError)
+	klog.InitFlags(fl)
+	opts := driver.Options{Version: version}
+	var mode, allowBackends, allowOptions string
+	fl.StringVar(&opts.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint")
+	fl.StringVar(&opts.NodeID, "nodeid", "", "node id (the Kubernetes node name)")
+	fl.StringVar(&opts.DriverName, "driver-name", driver.DefaultDriverName, "CSI driver name; equals the CSIDriver object's name")
+	fl.StringVar(&mode, "mode", string(driver.ModeAll), "services to serve: node, controller or all")
+	fl.StringVar(&opts.StateDir, "state-dir", "/run/csi-rclone", "driver state on the node; a memory-backed, root-only directory")
+	fl.StringVar(&opts.CacheDir, "cache-dir", "/var/lib/csi-rclone/cache", "root of the per-volume rclone VFS caches")
+	fl.DurationVar(&opts.MountTimeout, "mount-timeout", 2*time.Minute, "how long NodeStageVolume waits for a mount")
+	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long NodeUnstageVolume waits for pending uploads before it fails")
+	fl.IntVar(&opts.DefaultUID, "default-uid", 1000, "owner of files in a mount unless the volume sets uid")
+	fl.IntVar(&opts.DefaultGID, "default-gid", 1000, "group of files in a mount unless the volume sets gid or the pod an fsGroup")
+	fl.StringVar(&allowBackends, "tenant-allow-backends", "", "comma-separated rclone backend types that tenants may use although denied by default (see SECURITY.md)")
+	fl.StringVar(&allowOptions, "tenant-allow-options", "", "comma-separated rclone option names that tenants may set although denied by default (see SECURITY.md)")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	opts.Mode = driver.Mode(mode)
+	opts.Policy.AllowBackends = splitList(allowBackends)
+	opts.Policy.AllowOptions = splitList(allowOptions)
+
+	d, err := driver.New(opts)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// Workers die with this process; their mounts come back when it starts again.
+	defer d.Shutdown()
+	return d.Run(ctx)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

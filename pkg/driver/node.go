@@ -1,0 +1,454 @@
+package driver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-rclone/csi-rclone/pkg/mounter"
+	"github.com/csi-rclone/csi-rclone/pkg/worker"
+	"github.com/csi-rclone/csi-rclone/secrets"
+)
+
+// stagedVolume is a volume this node plugin has mounted.
+type stagedVolume struct {
+	id          string
+	stagingPath string
+	cacheDir    string
+	readOnly    bool
+	fingerprint string // of the stage request, to tell a retry from a conflict
+	proc        *worker.Process
+	targets     map[string]bool // target path → read-only
+}
+
+type nodeServer struct {
+	csi.UnimplementedNodeServer
+	d     *Driver
+	m     *mounter.Mounter
+	locks *volumeLocks
+
+	mu      sync.Mutex
+	volumes map[string]*stagedVolume
+}
+
+func newNodeServer(d *Driver) *nodeServer {
+	return &nodeServer{d: d, m: d.mounter, locks: newVolumeLocks(), volumes: map[string]*stagedVolume{}}
+}
+
+func (s *nodeServer) get(id string) *stagedVolume {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.volumes[id]
+}
+
+func (s *nodeServer) put(v *stagedVolume) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v.targets == nil {
+		v.targets = map[string]bool{}
+	}
+	s.volumes[v.id] = v
+}
+
+func (s *nodeServer) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.volumes, id)
+}
+
+func (s *nodeServer) lock(id string) error {
+	if !s.locks.tryAcquire(id) {
+		return status.Errorf(codes.Aborted, "an operation on volume %q is in progress", id)
+	}
+	return nil
+}
+
+func (s *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: s.d.opts.NodeID}, nil
+}
+
+func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	var caps []*csi.NodeServiceCapability
+	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
+	} {
+		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
+			Rpc: &csi.NodeServiceCapability_RPC{Type: t},
+		}})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// NodeStageVolume mounts the volume at the staging path:
+//  1. check the request and build the rclone config from secret + context;
+//  2. start a worker that mounts it, handing it the config over a pipe;
+//  3. return once the staging path is a live mount.
+//
+// On failure nothing is left: no worker, no mount, no cache dir.
+func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	if staging == "" {
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	if err := s.lock(id); err != nil {
+		return nil, err
+	}
+	defer s.locks.release(id)
+
+	fp := fingerprint(req)
+	if v := s.get(id); v != nil {
+		if v.stagingPath != filepath.Clean(staging) {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %s", id, v.stagingPath)
+		}
+		if v.fingerprint != fp {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged at %s with another capability, context or secret", id, staging)
+		}
+		if st, _ := s.m.Check(staging); st == mounter.Mounted {
+			return &csi.NodeStageVolumeResponse{}, nil
+		}
+		// The worker died: mount again below.
+		klog.InfoS("staged volume is not mounted any more; mounting again", "volumeID", id, "stagingPath", staging)
+		v.proc.Kill()
+		s.forget(id)
+	}
+
+	vol, err := secrets.Parse(req.GetSecrets(), req.GetVolumeContext(), &s.d.opts.Policy)
+	if err != nil {
+		return nil, statusFor(err, "volume configuration")
+	}
+	readOnly := readOnlyMode(req.GetVolumeCapability())
+	if err := s.applyOptions(vol, readOnly, req.GetVolumeCapability().GetMount().GetVolumeMountGroup()); err != nil {
+		return nil, statusFor(err, "volume configuration")
+	}
+
+	v := &stagedVolume{
+		id:          id,
+		stagingPath: filepath.Clean(staging),
+		cacheDir:    filepath.Join(s.d.opts.CacheDir, dirName(id)),
+		readOnly:    readOnly,
+		fingerprint: fp,
+	}
+	if err := s.mount(ctx, v, vol); err != nil {
+		return nil, statusFor(err, "mounting volume")
+	}
+	s.put(v)
+	klog.InfoS("volume staged", "volumeID", id, "stagingPath", staging, "remote", vol.Remote, "readOnly", readOnly, "workerPID", v.proc.Pid())
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// mount starts the worker for v and waits for a live mount, cleaning up on
+// failure.
+func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Volume) (err error) {
+	if err := os.MkdirAll(v.stagingPath, 0o750); err != nil {
+		return fmt.Errorf("staging path: %w", err)
+	}
+	// A dead mount left by a worker that died stays in the way of a new one.
+	if err := s.m.Unmount(v.stagingPath); err != nil {
+		return err
+	}
+	newCache := false
+	if _, err := os.Stat(v.cacheDir); errors.Is(err, os.ErrNotExist) {
+		newCache = true
+	}
+	if err := os.MkdirAll(v.cacheDir, 0o700); err != nil {
+		return fmt.Errorf("cache dir: %w", err)
+	}
+	defer func() {
+		if err != nil && newCache {
+			_ = os.RemoveAll(v.cacheDir)
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(ctx, s.d.opts.MountTimeout)
+	defer cancel()
+	proc, err := worker.Start(ctx, s.d.opts.Worker, worker.Spec{
+		VolumeID: v.id, MountPoint: v.stagingPath, CacheDir: v.cacheDir, Volume: *vol,
+	})
+	if err != nil {
+		_ = s.m.Unmount(v.stagingPath)
+		return err
+	}
+	if err := s.m.WaitMounted(ctx, v.stagingPath); err != nil {
+		proc.Kill()
+		_ = s.m.Unmount(v.stagingPath)
+		return fmt.Errorf("%w: %w", worker.ErrMount, err)
+	}
+	v.proc = proc
+	return nil
+}
+
+// applyOptions lays the driver's defaults under the tenant's options and the
+// request's demands (read-only access mode, volume mount group) over them.
+func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup string) error {
+	vfs := map[string]string{
+		"vfs_cache_mode": "writes", // lets ordinary programs write (seek, rewrite)
+		"uid":            strconv.Itoa(s.d.opts.DefaultUID),
+		"gid":            strconv.Itoa(s.d.opts.DefaultGID),
+		"umask":          "0002", // group-writable, so that fsGroup members write
+	}
+	maps.Copy(vfs, vol.VFSOpt)
+	if readOnly {
+		vfs["read_only"] = "true"
+	}
+	if mountGroup != "" {
+		if _, err := strconv.ParseUint(mountGroup, 10, 32); err != nil {
+			return fmt.Errorf("%w: volume mount group %q is not a numeric gid", secrets.ErrInvalid, mountGroup)
+		}
+		vfs["gid"] = mountGroup
+	}
+	mnt := map[string]string{"allow_other": "true"} // pods run as other users
+	maps.Copy(mnt, vol.MountOpt)
+	vol.VFSOpt, vol.MountOpt = vfs, mnt
+	return nil
+}
+
+// NodeUnstageVolume waits for pending uploads, unmounts and stops the worker.
+// Unknown volumes and dead mounts succeed: there is nothing to keep.
+func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	if staging == "" {
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	}
+	if err := s.lock(id); err != nil {
+		return nil, err
+	}
+	defer s.locks.release(id)
+
+	if v := s.get(id); v != nil {
+		if err := v.proc.Stop(ctx, s.d.opts.DrainTimeout); err != nil {
+			// The mount stays up with the files that are not uploaded yet.
+			return nil, statusFor(err, "unstaging volume")
+		}
+		if err := os.RemoveAll(v.cacheDir); err != nil {
+			klog.ErrorS(err, "removing cache dir", "volumeID", id)
+		}
+		s.forget(id)
+	}
+	if err := s.m.Unmount(staging); err != nil {
+		return nil, status.Errorf(codes.Internal, "unmounting %s: %v", staging, err)
+	}
+	klog.InfoS("volume unstaged", "volumeID", id, "stagingPath", staging)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// NodePublishVolume bind-mounts the staging path onto the target. It never
+// starts rclone. A dead bind left at the target is repaired by stacking a
+// fresh one on top, which reaches containers holding a copy of the target.
+func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	id, staging, target := req.GetVolumeId(), req.GetStagingTargetPath(), req.GetTargetPath()
+	switch {
+	case id == "":
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	case staging == "":
+		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
+	case target == "":
+		return nil, status.Error(codes.InvalidArgument, "target path is required")
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	if err := s.lock(id); err != nil {
+		return nil, err
+	}
+	defer s.locks.release(id)
+
+	v := s.get(id)
+	if v == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged on this node", id)
+	}
+	if v.stagingPath != filepath.Clean(staging) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is staged at %s, not %s", id, v.stagingPath, staging)
+	}
+	readOnly := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability()) || v.readOnly
+	target = filepath.Clean(target)
+
+	st, err := s.m.Check(target)
+	if st == mounter.Mounted {
+		ro, rerr := s.m.IsReadOnly(target)
+		if rerr == nil && ro == readOnly {
+			s.addTarget(v, target, readOnly)
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
+		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted with another read-only setting", target)
+	}
+	if err != nil && st != mounter.Dead {
+		return nil, status.Errorf(codes.Internal, "checking target: %v", err)
+	}
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "creating target: %v", err)
+	}
+	if err := s.m.Bind(v.stagingPath, target, readOnly); err != nil {
+		return nil, status.Errorf(codes.Internal, "publishing: %v", err)
+	}
+	s.addTarget(v, target, readOnly)
+	klog.InfoS("volume published", "volumeID", id, "targetPath", target, "readOnly", readOnly)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func (s *nodeServer) addTarget(v *stagedVolume, target string, readOnly bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v.targets[target] = readOnly
+}
+
+// NodeUnpublishVolume unmounts every layer at the target and removes it. It
+// never stats through the mount, so a dead or hung one cannot block it.
+func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	id, target := req.GetVolumeId(), req.GetTargetPath()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	if target == "" {
+		return nil, status.Error(codes.InvalidArgument, "target path is required")
+	}
+	if err := s.lock(id); err != nil {
+		return nil, err
+	}
+	defer s.locks.release(id)
+	target = filepath.Clean(target)
+	if err := s.m.UnmountAndRemove(target); err != nil {
+		return nil, status.Errorf(codes.Internal, "unpublishing: %v", err)
+	}
+	if v := s.get(id); v != nil {
+		s.mu.Lock()
+		delete(v.targets, target)
+		s.mu.Unlock()
+	}
+	klog.InfoS("volume unpublished", "volumeID", id, "targetPath", target)
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// volumeAt finds the staged volume id and checks that path is its staging
+// path or one of its targets.
+func (s *nodeServer) volumeAt(id, path string) (*stagedVolume, error) {
+	v := s.get(id)
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", id)
+	}
+	s.mu.Lock()
+	_, isTarget := v.targets[path]
+	s.mu.Unlock()
+	if path != v.stagingPath && !isTarget {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %s", id, path)
+	}
+	return v, nil
+}
+
+// NodeGetVolumeStats reports statfs usage of a live mount. A dead one answers
+// Unavailable; NodeGetVolumeHealth says why.
+func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	id, path := req.GetVolumeId(), filepath.Clean(req.GetVolumePath())
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	if req.GetVolumePath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume path is required")
+	}
+	if _, err := s.volumeAt(id, path); err != nil {
+		return nil, err
+	}
+	if st, err := s.m.Check(path); st != mounter.Mounted {
+		return nil, status.Errorf(codes.Unavailable, "%s is %s: %v", path, st, err)
+	}
+	u, err := s.m.Statfs(path)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "statfs %s: %v", path, err)
+	}
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: u.TotalBytes, Available: u.AvailableBytes, Used: u.UsedBytes},
+		{Unit: csi.VolumeUsage_INODES, Total: u.TotalInodes, Available: u.FreeInodes, Used: u.UsedInodes},
+	}}, nil
+}
+
+// NodeGetVolumeHealth reports a volume INACCESSIBLE when its mount is dead.
+// (CSI 1.13 replaced NodeGetVolumeStats' VolumeCondition with this call.)
+func (s *nodeServer) NodeGetVolumeHealth(_ context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	path := req.GetVolumePublishPath()
+	if path == "" {
+		path = req.GetStagingTargetPath()
+	}
+	var v *stagedVolume
+	var err error
+	if path == "" {
+		if v = s.get(id); v == nil {
+			return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", id)
+		}
+		path = v.stagingPath
+	} else if v, err = s.volumeAt(id, filepath.Clean(path)); err != nil {
+		return nil, err
+	}
+	health := &csi.VolumeHealth{VolumeId: id}
+	if st, err := s.m.Check(filepath.Clean(path)); st != mounter.Mounted {
+		msg := fmt.Sprintf("%s is %s", path, st)
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		health.HealthStatuses = append(health.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
+			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "MountNotAvailable", Message: msg,
+		})
+	}
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
+}
+
+// killAll stops every worker at once, without unmount or drain.
+func (s *nodeServer) killAll() {
+	s.mu.Lock()
+	vols := slices.Collect(maps.Values(s.volumes))
+	s.mu.Unlock()
+	for _, v := range vols {
+		v.proc.Kill()
+	}
+}
+
+// dirName is a fixed-length directory name for a volume id, which may hold
+// any character.
+func dirName(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:16])
+}
+
+// fingerprint identifies what a stage request asks for, secrets included,
+// without keeping them.
+func fingerprint(req *csi.NodeStageVolumeRequest) string {
+	h := sha256.New()
+	write := func(m map[string]string) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			fmt.Fprintf(h, "%q=%q;", k, m[k])
+		}
+		h.Write([]byte{0})
+	}
+	write(req.GetSecrets())
+	write(req.GetVolumeContext())
+	c := req.GetVolumeCapability()
+	fmt.Fprintf(h, "%v|%s", c.GetAccessMode().GetMode(), c.GetMount().GetVolumeMountGroup())
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,494 @@
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/rclone/rclone/fs/config/obscure"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/csi-rclone/csi-rclone/pkg/worker"
+	"github.com/csi-rclone/csi-rclone/test/harness"
+)
+
+// TestMain lets this test binary serve as the driver's mount worker.
+func TestMain(m *testing.M) {
+	if worker.IsWorkerInvocation(os.Args) {
+		worker.Main()
+	}
+	os.Exit(m.Run())
+}
+
+const (
+	rwo = csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	rox = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+)
+
+func startEnv(t *testing.T) *harness.Env {
+	t.Helper()
+	if why := harness.Supported(); why != "" {
+		t.Skip(why)
+	}
+	e, err := harness.Start(context.Background(), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+type vol struct {
+	t       *testing.T
+	e       *harness.Env
+	id      string
+	staging string
+	secret  map[string]string
+	context map[string]string
+	cap     *csi.VolumeCapability
+}
+
+func newVol(t *testing.T, e *harness.Env, id, bucketPath string) *vol {
+	return &vol{
+		t: t, e: e, id: id,
+		staging: filepath.Join(e.Dir, "plugins", id, "globalmount"),
+		secret:  e.Secret(bucketPath),
+		cap:     harness.MountCapability(rwo),
+	}
+}
+
+func (v *vol) stage() error {
+	if err := os.MkdirAll(v.staging, 0o750); err != nil {
+		v.t.Fatal(err)
+	}
+	_, err := v.e.Node.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{
+		VolumeId: v.id, StagingTargetPath: v.staging, VolumeCapability: v.cap,
+		Secrets: v.secret, VolumeContext: v.context,
+	})
+	return err
+}
+
+func (v *vol) mustStage() {
+	v.t.Helper()
+	if err := v.stage(); err != nil {
+		v.t.Fatalf("stage %s: %v", v.id, err)
+	}
+	v.t.Cleanup(func() { v.unstage() })
+}
+
+func (v *vol) unstage() error {
+	_, err := v.e.Node.NodeUnstageVolume(context.Background(), &csi.NodeUnstageVolumeRequest{VolumeId: v.id, StagingTargetPath: v.staging})
+	return err
+}
+
+func (v *vol) publish(pod string, readOnly bool) (string, error) {
+	target := filepath.Join(v.e.Dir, "pods", pod, "volumes", v.id, "mount")
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		v.t.Fatal(err)
+	}
+	_, err := v.e.Node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
+		VolumeId: v.id, StagingTargetPath: v.staging, TargetPath: target,
+		VolumeCapability: v.cap, Readonly: readOnly,
+	})
+	return target, err
+}
+
+func (v *vol) mustPublish(pod string, readOnly bool) string {
+	v.t.Helper()
+	target, err := v.publish(pod, readOnly)
+	if err != nil {
+		v.t.Fatalf("publish %s to %s: %v", v.id, pod, err)
+	}
+	v.t.Cleanup(func() { v.unpublish(target) })
+	return target
+}
+
+func (v *vol) unpublish(target string) error {
+	_, err := v.e.Node.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: target})
+	return err
+}
+
+func mounted(t *testing.T, path string) bool {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
+}
+
+// workers counts live worker processes of a volume.
+func workers(t *testing.T, volumeID string) int {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if len(args) >= 4 && args[1] == worker.Arg && args[3] == volumeID {
+			if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && !strings.Contains(string(stat), ") Z ") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func wantCode(t *testing.T, err error, code codes.Code) {
+	t.Helper()
+	if status.Code(err) != code {
+		t.Fatalf("got %v, want code %v", err, code)
+	}
+}
+
+// eventually retries f until it succeeds or 10 s pass: uploads and
+// directory caches settle asynchronously.
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestStagePublishTwoTargetsShareOneMount(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("data"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.S3.Object("data", "hello.txt"), []byte("hello from s3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := newVol(t, e, "vol-share", "data")
+	v.mustStage()
+	// Staging twice is a retry, not a second mount.
+	if err := v.stage(); err != nil {
+		t.Fatalf("second stage: %v", err)
+	}
+	if n := workers(t, v.id); n != 1 {
+		t.Fatalf("%d workers, want 1", n)
+	}
+	a := v.mustPublish("pod-a", false)
+	b := v.mustPublish("pod-b", false)
+	if _, err := v.publish("pod-b", false); err != nil {
+		t.Fatalf("second publish of the same target: %v", err)
+	}
+
+	got, err := os.ReadFile(filepath.Join(b, "hello.txt"))
+	if err != nil || string(got) != "hello from s3\n" {
+		t.Fatalf("read through b: %q, %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(a, "new.txt"), []byte("written by a"), 0o644); err != nil {
+		t.Fatalf("write through a: %v", err)
+	}
+	got, err = os.ReadFile(filepath.Join(b, "new.txt"))
+	if err != nil || string(got) != "written by a" {
+		t.Fatalf("read through b of a's write: %q, %v", got, err)
+	}
+
+	// Unpublishing a must not disturb b.
+	if err := v.unpublish(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.unpublish(a); err != nil {
+		t.Fatalf("second unpublish: %v", err)
+	}
+	if _, err := os.Stat(a); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("target a still there: %v", err)
+	}
+	if _, err := os.ReadFile(filepath.Join(b, "hello.txt")); err != nil {
+		t.Fatalf("b broken by unpublishing a: %v", err)
+	}
+	if err := v.unpublish(b); err != nil {
+		t.Fatal(err)
+	}
+
+	// Unstage waits for the upload: the object is in the bucket after it.
+	if err := v.unstage(); err != nil {
+		t.Fatalf("unstage: %v", err)
+	}
+	got, err = os.ReadFile(e.S3.Object("data", "new.txt"))
+	if err != nil || string(got) != "written by a" {
+		t.Fatalf("object in bucket: %q, %v", got, err)
+	}
+	if mounted(t, v.staging) {
+		t.Fatal("staging path still mounted")
+	}
+	if n := workers(t, v.id); n != 0 {
+		t.Fatalf("%d workers left", n)
+	}
+	if left, _ := os.ReadDir(filepath.Join(e.Dir, "cache")); len(left) != 0 {
+		t.Fatalf("cache dirs left: %v", left)
+	}
+	if err := v.unstage(); err != nil {
+		t.Fatalf("second unstage: %v", err)
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("ro"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.S3.Object("ro", "f.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("reader-only access mode", func(t *testing.T) {
+		v := newVol(t, e, "vol-rox", "ro")
+		v.cap = harness.MountCapability(rox)
+		v.mustStage()
+		target := v.mustPublish("pod-ro", false)
+		if _, err := os.ReadFile(filepath.Join(target, "f.txt")); err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		for _, dir := range []string{target, v.staging} {
+			err := os.WriteFile(filepath.Join(dir, "w.txt"), []byte("no"), 0o644)
+			if !errors.Is(err, syscall.EROFS) {
+				t.Fatalf("write to %s: %v, want EROFS", dir, err)
+			}
+		}
+	})
+
+	t.Run("read-only publish of a writable volume", func(t *testing.T) {
+		v := newVol(t, e, "vol-rw", "ro")
+		v.mustStage()
+		ro := v.mustPublish("pod-ro", true)
+		rw := v.mustPublish("pod-rw", false)
+		if err := os.WriteFile(filepath.Join(ro, "w.txt"), []byte("no"), 0o644); !errors.Is(err, syscall.EROFS) {
+			t.Fatalf("write through read-only target: %v, want EROFS", err)
+		}
+		if err := os.WriteFile(filepath.Join(rw, "w.txt"), []byte("yes"), 0o644); err != nil {
+			t.Fatalf("write through writable target: %v", err)
+		}
+		// Publishing the read-only target again as writable conflicts.
+		_, err := v.publish("pod-ro", false)
+		wantCode(t, err, codes.AlreadyExists)
+	})
+}
+
+func TestOwnership(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("own"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.S3.Object("own", "f.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		vfsOpt     string
+		mountGroup string
+		uid, gid   uint32
+	}{
+		{name: "default", uid: 1000, gid: 1000},
+		{name: "vfsOpt", vfsOpt: `{"uid": 2000, "gid": "3000"}`, uid: 2000, gid: 3000},
+		{name: "volume mount group", mountGroup: "4000", uid: 1000, gid: 4000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newVol(t, e, "vol-own-"+strings.ReplaceAll(tc.name, " ", "-"), "own")
+			if tc.vfsOpt != "" {
+				v.secret["vfsOpt"] = tc.vfsOpt
+			}
+			v.cap.GetMount().VolumeMountGroup = tc.mountGroup
+			v.mustStage()
+			target := v.mustPublish("pod", false)
+			var st syscall.Stat_t
+			if err := syscall.Stat(filepath.Join(target, "f.txt"), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Uid != tc.uid || st.Gid != tc.gid {
+				t.Fatalf("owner %d:%d, want %d:%d", st.Uid, st.Gid, tc.uid, tc.gid)
+			}
+			if st.Mode&0o020 == 0 {
+				t.Fatalf("mode %o: group cannot write", st.Mode)
+			}
+		})
+	}
+}
+
+func TestCryptOverS3(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("enc"); err != nil {
+		t.Fatal(err)
+	}
+	v := newVol(t, e, "vol-crypt", "")
+	v.secret["configData"] = e.S3.RcloneConfig("s3") + fmt.Sprintf(
+		"\n[secret]\ntype = crypt\nremote = s3:enc/vault\npassword = %s\n", obscure.MustObscure("crypt-password-for-test"))
+	v.secret["remote"] = "secret"
+	v.mustStage()
+	target := v.mustPublish("pod", false)
+	if err := os.WriteFile(filepath.Join(target, "plain.txt"), []byte("attack at dawn"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.unpublish(target); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.unstage(); err != nil {
+		t.Fatal(err)
+	}
+	objects, err := os.ReadDir(filepath.Join(e.S3.Dir, "enc", "vault"))
+	if err != nil || len(objects) != 1 {
+		t.Fatalf("bucket holds %v, %v; want one object", objects, err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(e.S3.Dir, "enc", "vault", objects[0].Name()))
+	if objects[0].Name() == "plain.txt" || strings.Contains(string(raw), "attack at dawn") {
+		t.Fatal("the object in the bucket is not encrypted")
+	}
+
+	// Mounted again, the file reads back in clear.
+	v.mustStage()
+	target = v.mustPublish("pod", false)
+	got, err := os.ReadFile(filepath.Join(target, "plain.txt"))
+	if err != nil || string(got) != "attack at dawn" {
+		t.Fatalf("read back: %q, %v", got, err)
+	}
+}
+
+func TestStageFailuresLeaveNothing(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("exists"); err != nil {
+		t.Fatal(err)
+	}
+	good := e.Secret("exists")
+	with := func(k, val string) map[string]string {
+		s := map[string]string{}
+		for key, v := range good {
+			s[key] = v
+		}
+		s[k] = val
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		secret map[string]string
+		code   codes.Code
+		msg    string
+	}{
+		{"malformed config", with("configData", "[store\ntype = s3"), codes.InvalidArgument, "configData"},
+		{"section injection through an option", with("vfsOpt", `{"uid": "1\n[evil]\ntype = local"}`), codes.InvalidArgument, "line break"},
+		{"local backend", with("configData", "[store]\ntype = local\n"), codes.InvalidArgument, "not allowed"},
+		{"command option", with("configData", good["configData"]+"md5sum_command = touch /tmp/pwned\n"), codes.InvalidArgument, "not allowed"},
+		{"connection string in remote", with("remote", "store,env_auth=true"), codes.InvalidArgument, "remote name"},
+		{"path leaves its base", with("remotePath", "exists/../../etc"), codes.InvalidArgument, "leaves its base"},
+		{"wrong secret key", with("configData", strings.Replace(good["configData"], harness.SecretAccessKey, "wrong-secret", 1)), codes.PermissionDenied, "403"},
+		{"missing bucket", with("remotePath", "no-such-bucket"), codes.NotFound, "not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newVol(t, e, "vol-bad-"+strings.ReplaceAll(tc.name, " ", "-"), "")
+			v.secret = tc.secret
+			err := v.stage()
+			wantCode(t, err, tc.code)
+			if !strings.Contains(strings.ToLower(status.Convert(err).Message()), strings.ToLower(tc.msg)) {
+				t.Errorf("message %q does not say %q", status.Convert(err).Message(), tc.msg)
+			}
+			if strings.Contains(err.Error(), harness.SecretAccessKey) {
+				t.Errorf("error quotes the secret key: %v", err)
+			}
+			if mounted(t, v.staging) {
+				t.Error("staging path mounted after a failed stage")
+			}
+			if n := workers(t, v.id); n != 0 {
+				t.Errorf("%d workers left", n)
+			}
+			if left, _ := os.ReadDir(filepath.Join(e.Dir, "cache")); len(left) != 0 {
+				t.Errorf("cache dirs left: %v", left)
+			}
+		})
+	}
+}
+
+func TestPublishNeedsStage(t *testing.T) {
+	e := startEnv(t)
+	v := newVol(t, e, "vol-unstaged", "x")
+	_, err := v.publish("pod", false)
+	wantCode(t, err, codes.FailedPrecondition)
+}
+
+func TestVolumeStatsAndHealth(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("stats"); err != nil {
+		t.Fatal(err)
+	}
+	v := newVol(t, e, "vol-stats", "stats")
+	v.mustStage()
+	target := v.mustPublish("pod", false)
+	ctx := context.Background()
+	stats, err := e.Node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: target})
+	if err != nil || len(stats.GetUsage()) != 2 {
+		t.Fatalf("stats: %v, %v", stats, err)
+	}
+	health := func() *csi.VolumeHealth {
+		r, err := e.Node.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: v.id, VolumePublishPath: target})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetVolumeHealth()
+	}
+	if h := health(); len(h.GetHealthStatuses()) != 0 {
+		t.Fatalf("healthy mount reported %v", h)
+	}
+	// Kill the worker: the mount goes dead and the volume is inaccessible.
+	killWorkers(t, v.id)
+	eventually(t, "health after worker death", func() error {
+		h := health()
+		if len(h.GetHealthStatuses()) != 1 || h.GetHealthStatuses()[0].GetStatus() != csi.VolumeHealthErrorType_INACCESSIBLE {
+			return fmt.Errorf("health %v", h)
+		}
+		return nil
+	})
+	_, err = e.Node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: target})
+	wantCode(t, err, codes.Unavailable)
+	// Unpublish and unstage of the dead mount succeed and leave nothing.
+	if err := v.unpublish(target); err != nil {
+		t.Fatalf("unpublish dead: %v", err)
+	}
+	if err := v.unstage(); err != nil {
+		t.Fatalf("unstage dead: %v", err)
+	}
+	if mounted(t, v.staging) || mounted(t, target) {
+		t.Fatal("mounts left")
+	}
+	_, err = e.Node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: target})
+	wantCode(t, err, codes.NotFound)
+}
+
+func killWorkers(t *testing.T, volumeID string) {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if len(args) >= 4 && args[1] == worker.Arg && args[3] == volumeID {
+			var pid int
+			fmt.Sscan(e.Name(), &pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}

@@ -1,0 +1,189 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Options say how to start workers.
+type Options struct {
+	// Binary is the csi-rclone executable; empty means this process's own.
+	Binary string
+}
+
+// Process is a running worker.
+type Process struct {
+	volumeID string
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	events   chan event
+	done     chan struct{}
+	mu       sync.Mutex // serialises commands
+	exitErr  error
+}
+
+// Start launches a worker, hands it spec and waits until the volume is
+// mounted or the worker failed. On failure no process is left.
+func Start(ctx context.Context, opts Options, spec Spec) (*Process, error) {
+	bin := opts.Binary
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("finding own executable: %w", err)
+		}
+	}
+	cmd := exec.Command(bin, Arg, "--volume-id", spec.VolumeID)
+	// No credential in the environment: the worker gets only what it needs
+	// to find fusermount3.
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	evR, evW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.ExtraFiles = []*os.File{evW}
+	if err := cmd.Start(); err != nil {
+		evR.Close()
+		evW.Close()
+		return nil, fmt.Errorf("starting worker: %w", err)
+	}
+	evW.Close()
+
+	p := &Process{volumeID: spec.VolumeID, cmd: cmd, stdin: stdin, events: make(chan event, 4), done: make(chan struct{})}
+	lastLine := make(chan string, 1)
+	go p.logStderr(stderr, lastLine)
+	go p.readEvents(evR)
+	go func() {
+		p.exitErr = cmd.Wait()
+		close(p.done)
+	}()
+
+	if err := json.NewEncoder(stdin).Encode(spec); err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("handing the spec to the worker: %w", err)
+	}
+
+	select {
+	case ev, ok := <-p.events:
+		switch {
+		case ok && ev.Type == "ready":
+			return p, nil
+		case ok && ev.Type == "error":
+			p.Kill()
+			return nil, errorFromEvent(ev)
+		default:
+			p.Kill()
+			last := ""
+			select {
+			case last = <-lastLine:
+			default:
+			}
+			return nil, fmt.Errorf("%w: worker exited (%v) before mounting: %s", ErrMount, p.exitErr, last)
+		}
+	case <-ctx.Done():
+		p.Kill()
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+func (p *Process) readEvents(r io.ReadCloser) {
+	defer r.Close()
+	defer close(p.events)
+	dec := json.NewDecoder(r)
+	for {
+		var ev event
+		if err := dec.Decode(&ev); err != nil {
+			return
+		}
+		p.events <- ev
+	}
+}
+
+// logStderr forwards rclone's log lines, tagged with the volume.
+func (p *Process) logStderr(r io.Reader, last chan string) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		klog.InfoS("worker", "volumeID", p.volumeID, "pid", p.Pid(), "log", line)
+		select {
+		case <-last:
+		default:
+		}
+		last <- line
+	}
+}
+
+// Pid is the worker's process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the worker has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Stop asks the worker to wait up to drain for pending uploads, unmount and
+// exit. If uploads are still pending it returns ErrUploadsPending and the
+// worker keeps running, with the mount intact: no data is dropped.
+func (p *Process) Stop(ctx context.Context, drain time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	secs := int((drain + time.Second - 1) / time.Second)
+	if err := json.NewEncoder(p.stdin).Encode(command{Op: "stop", DrainSeconds: secs}); err != nil {
+		<-p.done
+		return nil // it exited meanwhile
+	}
+	select {
+	case ev, ok := <-p.events:
+		switch {
+		case !ok:
+			<-p.done
+			return nil
+		case ev.Type == "stopped":
+			<-p.done
+			return nil
+		case ev.Type == "pending":
+			return fmt.Errorf("%w: %d file(s) not yet uploaded after %s", ErrUploadsPending, ev.Pending, drain)
+		default:
+			return errorFromEvent(ev)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Kill ends the worker at once and waits for it.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	_ = p.stdin.Close()
+}
+
+// IsMountError reports whether err came from a worker.
+func IsMountError(err error) bool {
+	var me *MountError
+	return errors.As(err, &me)
+}

@@ -1,0 +1,114 @@
+// Package worker runs one rclone mount per staged volume in a process of its
+// own: the csi-rclone binary started again with the "mount-worker" argument.
+//
+// The parent hands the worker its Spec, credentials included, as the first
+// JSON line on the worker's stdin; nothing secret is ever on the command line,
+// in the environment or in a file. The worker answers with events on file
+// descriptor 3. Later lines on stdin are commands (stop). When stdin reaches
+// EOF the parent is gone, and the worker exits at once: the mount goes dead
+// and the driver, when it comes back, mounts the volume again.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/csi-rclone/csi-rclone/secrets"
+)
+
+// Arg is the first argument that makes the csi-rclone binary a worker.
+const Arg = "mount-worker"
+
+// Spec is what a worker needs to mount one volume.
+type Spec struct {
+	VolumeID   string         `json:"volumeID"`
+	MountPoint string         `json:"mountPoint"`
+	CacheDir   string         `json:"cacheDir"`
+	Volume     secrets.Volume `json:"volume"`
+}
+
+// String keeps the config (credentials) out of any log line.
+func (s Spec) String() string {
+	return fmt.Sprintf("{volume:%s mountPoint:%s remote:%s}", s.VolumeID, s.MountPoint, s.Volume.Remote)
+}
+
+// command is a parent → worker line after the Spec.
+type command struct {
+	Op           string `json:"op"` // "stop"
+	DrainSeconds int    `json:"drainSeconds,omitempty"`
+}
+
+// event is a worker → parent line.
+type event struct {
+	Type    string `json:"type"` // "ready", "error", "pending", "stopped"
+	Kind    string `json:"kind,omitempty"`
+	Message string `json:"message,omitempty"`
+	Pending int    `json:"pending,omitempty"`
+}
+
+// Error kinds a worker reports; the driver turns them into gRPC codes.
+var (
+	ErrInvalid          = secrets.ErrInvalid
+	ErrPermissionDenied = errors.New("permission denied by the storage")
+	ErrNotFound         = errors.New("not found on the storage")
+	ErrUnavailable      = errors.New("storage unavailable")
+	ErrUploadsPending   = errors.New("uploads still pending")
+	ErrMount            = errors.New("mount failed")
+)
+
+var kinds = map[string]error{
+	"invalid":          ErrInvalid,
+	"permissionDenied": ErrPermissionDenied,
+	"notFound":         ErrNotFound,
+	"unavailable":      ErrUnavailable,
+	"mount":            ErrMount,
+}
+
+func kindOf(err error) string {
+	for k, e := range kinds {
+		if errors.Is(err, e) {
+			return k
+		}
+	}
+	return "mount"
+}
+
+// MountError is a worker's failure, its message already free of credentials.
+type MountError struct {
+	Kind    error
+	Message string
+}
+
+func (e *MountError) Error() string { return e.Message }
+func (e *MountError) Unwrap() error { return e.Kind }
+
+func errorFromEvent(ev event) error {
+	kind, ok := kinds[ev.Kind]
+	if !ok {
+		kind = ErrMount
+	}
+	return &MountError{Kind: kind, Message: ev.Message}
+}
+
+// Main runs a worker in this process, on stdin and file descriptor 3, and
+// exits. The csi-rclone binary calls it when its first argument is Arg; test
+// binaries call it from TestMain so that tests need no separate build.
+func Main() {
+	events := os.NewFile(3, "events")
+	if events == nil {
+		fmt.Fprintln(os.Stderr, "mount-worker: file descriptor 3 is not open; this command is started by the driver")
+		os.Exit(2)
+	}
+	if err := Serve(context.Background(), os.Stdin, events); err != nil {
+		fmt.Fprintln(os.Stderr, "mount-worker:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// IsWorkerInvocation reports whether args (os.Args) start a worker.
+func IsWorkerInvocation(args []string) bool {
+	return len(args) > 1 && args[1] == Arg
+}

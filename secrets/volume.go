@@ -1,0 +1,234 @@
+// Package secrets turns what a CSI request carries (the node-stage secret and
+// the volume context) into a validated description of one rclone mount.
+//
+// Everything here treats its input as written by an untrusted tenant: the
+// result is only built when every section, option and path passed the
+// Policy. Errors wrap ErrInvalid and never quote a credential.
+package secrets
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/rclone/rclone/fs/fspath"
+	"github.com/unknwon/goconfig"
+)
+
+// Keys understood in the node-stage secret and in the volume context.
+const (
+	KeyRemote           = "remote"
+	KeyRemotePath       = "remotePath"
+	KeyRemotePathSuffix = "remotePathSuffix"
+	KeyConfigData       = "configData"
+	KeyVFSOpt           = "vfsOpt"
+	KeyMountOpt         = "mountOpt"
+)
+
+// ErrInvalid marks every error caused by the tenant's input.
+var ErrInvalid = errors.New("invalid volume configuration")
+
+// Config is an rclone configuration: section name → option → value.
+type Config map[string]map[string]string
+
+// Volume is everything a worker needs to mount one volume.
+type Volume struct {
+	// Config holds every remote section the mount may use.
+	Config Config `json:"config"`
+	// Remote is the section mounted, Path the path inside it.
+	Remote string `json:"remote"`
+	Path   string `json:"path"`
+	// VFSOpt and MountOpt are rclone option names (snake_case) to values.
+	VFSOpt   map[string]string `json:"vfsOpt,omitempty"`
+	MountOpt map[string]string `json:"mountOpt,omitempty"`
+}
+
+// FsString is the rclone remote string of the volume ("name:path").
+func (v *Volume) FsString() string { return v.Remote + ":" + v.Path }
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// Parse builds a Volume from a node-stage secret and a volume context.
+// A key may be in either; where both have it, the secret wins, because the
+// secret is what a platform writes per session.
+func Parse(secret, volumeContext map[string]string, policy *Policy) (*Volume, error) {
+	if policy == nil {
+		policy = &Policy{}
+	}
+	get := func(key string) string {
+		if v, ok := secret[key]; ok {
+			return v
+		}
+		return volumeContext[key]
+	}
+
+	cfg, err := parseConfigData(get(KeyConfigData))
+	if err != nil {
+		return nil, err
+	}
+	remote := strings.TrimSuffix(strings.TrimSpace(get(KeyRemote)), ":")
+	if remote == "" {
+		return nil, invalidf("%q is required", KeyRemote)
+	}
+	if err := checkSectionName(remote); err != nil {
+		return nil, err
+	}
+	if _, ok := cfg[remote]; !ok {
+		return nil, invalidf("remote %q has no section in %s", remote, KeyConfigData)
+	}
+	remotePath, err := cleanRemotePath(get(KeyRemotePath) + suffix(get(KeyRemotePathSuffix)))
+	if err != nil {
+		return nil, err
+	}
+	if err := policy.checkConfig(cfg, remote); err != nil {
+		return nil, err
+	}
+	vfsOpt, err := parseOptions(KeyVFSOpt, get(KeyVFSOpt), policy.checkVFSOption)
+	if err != nil {
+		return nil, err
+	}
+	mountOpt, err := parseOptions(KeyMountOpt, get(KeyMountOpt), policy.checkMountOption)
+	if err != nil {
+		return nil, err
+	}
+	return &Volume{Config: cfg, Remote: remote, Path: remotePath, VFSOpt: vfsOpt, MountOpt: mountOpt}, nil
+}
+
+func suffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "/" + s
+}
+
+// parseConfigData reads an rclone ini. Several sections are allowed (crypt or
+// alias over another remote); keys outside a section are not.
+func parseConfigData(data string) (Config, error) {
+	if strings.TrimSpace(data) == "" {
+		return nil, invalidf("%q is required", KeyConfigData)
+	}
+	if strings.ContainsRune(data, 0) {
+		return nil, invalidf("%s contains a NUL byte", KeyConfigData)
+	}
+	gc, err := goconfig.LoadFromReader(bytes.NewBufferString(data))
+	if err != nil {
+		// goconfig's message quotes the offending line, which may hold a secret.
+		return nil, invalidf("%s is not a valid rclone config", KeyConfigData)
+	}
+	cfg := Config{}
+	for _, name := range gc.GetSectionList() {
+		keys := gc.GetKeyList(name)
+		if name == goconfig.DEFAULT_SECTION {
+			if len(keys) > 0 {
+				return nil, invalidf("%s has options outside any [section]", KeyConfigData)
+			}
+			continue
+		}
+		if err := checkSectionName(name); err != nil {
+			return nil, err
+		}
+		section := map[string]string{}
+		for _, key := range keys {
+			value, err := gc.GetValue(name, key)
+			if err != nil {
+				return nil, invalidf("section %q option %q cannot be read", name, key)
+			}
+			if err := checkValue(name, key, value); err != nil {
+				return nil, err
+			}
+			section[key] = value
+		}
+		cfg[name] = section
+	}
+	if len(cfg) == 0 {
+		return nil, invalidf("%s has no [section]", KeyConfigData)
+	}
+	return cfg, nil
+}
+
+func checkSectionName(name string) error {
+	if err := fspath.CheckConfigName(name); err != nil || strings.ContainsAny(name, ":,[]") {
+		return invalidf("remote name %q is not a plain rclone remote name", name)
+	}
+	return nil
+}
+
+// checkValue refuses what could smuggle a new line or section into a config.
+// The option name is quoted, never the value.
+func checkValue(section, key, value string) error {
+	if strings.ContainsAny(value, "\r\n\x00") {
+		return invalidf("section %q option %q: value contains a line break", section, key)
+	}
+	if strings.ContainsAny(key, "\r\n\x00[]=") {
+		return invalidf("section %q: option name %q is not valid", section, key)
+	}
+	return nil
+}
+
+// cleanRemotePath refuses paths that climb out of their base with "..".
+func cleanRemotePath(p string) (string, error) {
+	if strings.ContainsAny(p, "\r\n\x00") {
+		return "", invalidf("%s contains a control character", KeyRemotePath)
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return "", invalidf("%s %q leaves its base", KeyRemotePath, p)
+		}
+	}
+	if p == "" {
+		return "", nil
+	}
+	clean := path.Clean(p)
+	if clean == "." {
+		return "", nil
+	}
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean, nil
+}
+
+// parseOptions reads a JSON object of rclone options. Values may be JSON
+// strings, numbers or booleans; names may be rclone's snake_case names or
+// the Go field names that rclone's rc API accepts (Renku writes these).
+func parseOptions(key, data string, check func(name, value string) (string, error)) (map[string]string, error) {
+	if strings.TrimSpace(data) == "" {
+		return nil, nil
+	}
+	var raw map[string]any
+	dec := json.NewDecoder(strings.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil || dec.More() {
+		return nil, invalidf("%s is not a JSON object", key)
+	}
+	out := make(map[string]string, len(raw))
+	for _, name := range slices.Sorted(maps.Keys(raw)) {
+		var value string
+		switch v := raw[name].(type) {
+		case string:
+			value = v
+		case json.Number:
+			value = v.String()
+		case bool:
+			value = fmt.Sprint(v)
+		default:
+			return nil, invalidf("%s option %q must be a string, number or boolean", key, name)
+		}
+		if strings.ContainsAny(value, "\r\n\x00") {
+			return nil, invalidf("%s option %q contains a line break", key, name)
+		}
+		canonical, err := check(name, value)
+		if err != nil {
+			return nil, err
+		}
+		out[canonical] = value
+	}
+	return out, nil
+}

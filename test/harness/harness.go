@@ -1,0 +1,160 @@
+// Package harness runs the real driver in-process on a unix socket, next to
+// a real S3 server on loopback, for the integration tests, csi-sanity and the
+// demo. Mounts are real: it needs root and /dev/fuse.
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/csi-rclone/csi-rclone/pkg/driver"
+	"github.com/csi-rclone/csi-rclone/test/s3server"
+)
+
+// Test credentials of the loopback S3 server.
+const (
+	AccessKeyID     = "csi-rclone-test-key"
+	SecretAccessKey = "csi-rclone-test-secret-3f9a1c"
+	RemoteName      = "store"
+)
+
+// Env is a running driver and S3 server.
+type Env struct {
+	Dir        string
+	Endpoint   string // unix socket URL
+	SocketPath string
+	S3         *s3server.Server
+	Driver     *driver.Driver
+	Conn       *grpc.ClientConn
+	Identity   csi.IdentityClient
+	Controller csi.ControllerClient
+	Node       csi.NodeClient
+	cancel     context.CancelFunc
+	done       chan error
+}
+
+// Supported says why real mounts cannot run here, or "" when they can.
+func Supported() string {
+	if os.Geteuid() != 0 {
+		return "needs root for FUSE and bind mounts"
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return "needs /dev/fuse"
+	}
+	for _, dir := range []string{"/usr/bin", "/bin", "/usr/local/bin"} {
+		if _, err := os.Stat(filepath.Join(dir, "fusermount3")); err == nil {
+			return ""
+		}
+	}
+	return "needs fusermount3 (Debian package fuse3)"
+}
+
+// Start starts an S3 server and the driver (node and controller) under dir.
+// tweak, if not nil, may change the driver options.
+func Start(ctx context.Context, dir string, tweak func(*driver.Options)) (*Env, error) {
+	s3, err := s3server.Start(ctx, filepath.Join(dir, "s3"), AccessKeyID, SecretAccessKey)
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Dir: dir, S3: s3, SocketPath: filepath.Join(dir, "csi.sock")}
+	e.Endpoint = "unix://" + e.SocketPath
+	opts := driver.Options{
+		DriverName:   "csi-rclone",
+		Version:      "test",
+		NodeID:       "test-node",
+		Endpoint:     e.Endpoint,
+		Mode:         driver.ModeAll,
+		StateDir:     filepath.Join(dir, "state"),
+		CacheDir:     filepath.Join(dir, "cache"),
+		MountTimeout: 30 * time.Second,
+		DrainTimeout: 30 * time.Second,
+		DefaultUID:   1000,
+		DefaultGID:   1000,
+	}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	d, err := driver.New(opts)
+	if err != nil {
+		_ = s3.Stop(ctx)
+		return nil, err
+	}
+	e.Driver = d
+	runCtx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.done = make(chan error, 1)
+	go func() { e.done <- d.Run(runCtx) }()
+
+	conn, err := grpc.NewClient(e.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	e.Conn = conn
+	e.Identity = csi.NewIdentityClient(conn)
+	e.Controller = csi.NewControllerClient(conn)
+	e.Node = csi.NewNodeClient(conn)
+	if err := e.waitReady(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Env) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		r, err := e.Identity.Probe(ctx, &csi.ProbeRequest{})
+		if err == nil && r.GetReady().GetValue() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("driver not ready: %v", errors.Join(err, ctx.Err()))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Close stops the driver (killing its workers) and the S3 server.
+func (e *Env) Close() {
+	if e.Conn != nil {
+		_ = e.Conn.Close()
+	}
+	if e.cancel != nil {
+		e.cancel()
+		<-e.done
+	}
+	if e.Driver != nil {
+		e.Driver.Shutdown()
+	}
+	if e.S3 != nil {
+		_ = e.S3.Stop(context.Background())
+	}
+}
+
+// Secret is a node-stage secret for a bucket of the S3 server.
+func (e *Env) Secret(bucketPath string) map[string]string {
+	return map[string]string{
+		"remote":     RemoteName,
+		"remotePath": bucketPath,
+		"configData": e.S3.RcloneConfig(RemoteName),
+	}
+}
+
+// MountCapability is a filesystem capability with the given access mode.
+func MountCapability(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+	}
+}

@@ -1,0 +1,77 @@
+// Package s3server starts a real S3 server on loopback for tests and the
+// demo: rclone's own "serve s3", backed by a local directory in which each
+// top-level directory is a bucket, so that a test can check what reached the
+// bucket by reading files.
+package s3server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/rclone/rclone/fs/rc"
+
+	_ "github.com/rclone/rclone/backend/local" // the directory behind the server
+	_ "github.com/rclone/rclone/cmd/serve/s3"  // registers serve type "s3"
+)
+
+// Server is a running S3 server.
+type Server struct {
+	// Endpoint is the server's URL, "http://127.0.0.1:PORT".
+	Endpoint string
+	// Dir holds one directory per bucket.
+	Dir string
+	// AccessKeyID and SecretAccessKey are the only credentials it accepts.
+	AccessKeyID, SecretAccessKey string
+	id                           string
+}
+
+// Start serves dir on a free loopback port, accepting one key pair.
+func Start(ctx context.Context, dir, accessKeyID, secretAccessKey string) (*Server, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	start := rc.Calls.Get("serve/start")
+	if start == nil {
+		return nil, fmt.Errorf("rclone serve/start is not compiled in")
+	}
+	out, err := start.Fn(ctx, rc.Params{
+		"type":     "s3",
+		"fs":       dir,
+		"addr":     []string{"127.0.0.1:0"},
+		"auth_key": []string{accessKeyID + "," + secretAccessKey},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting S3 server: %w", err)
+	}
+	return &Server{
+		Endpoint:        "http://" + out["addr"].(string),
+		Dir:             dir,
+		AccessKeyID:     accessKeyID,
+		SecretAccessKey: secretAccessKey,
+		id:              out["id"].(string),
+	}, nil
+}
+
+// Stop shuts the server down.
+func (s *Server) Stop(ctx context.Context) error {
+	_, err := rc.Calls.Get("serve/stop").Fn(ctx, rc.Params{"id": s.id})
+	return err
+}
+
+// MakeBucket creates a bucket.
+func (s *Server) MakeBucket(name string) error {
+	return os.MkdirAll(filepath.Join(s.Dir, name), 0o755)
+}
+
+// Object is the path of an object's content on disk.
+func (s *Server) Object(bucket, key string) string {
+	return filepath.Join(s.Dir, bucket, filepath.FromSlash(key))
+}
+
+// RcloneConfig is an rclone config section named name for this server.
+func (s *Server) RcloneConfig(name string) string {
+	return fmt.Sprintf("[%s]\ntype = s3\nprovider = Other\naccess_key_id = %s\nsecret_access_key = %s\nendpoint = %s\nforce_path_style = true\n",
+		name, s.AccessKeyID, s.SecretAccessKey, s.Endpoint)
+}
