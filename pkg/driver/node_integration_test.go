@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csi-rclone/csi-rclone/pkg/driver"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/test/harness"
 )
@@ -490,5 +491,50 @@ func killWorkers(t *testing.T, volumeID string) {
 			fmt.Sscan(e.Name(), &pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
+	}
+}
+
+func TestUnstageKeepsDataItCannotUpload(t *testing.T) {
+	if why := harness.Supported(); why != "" {
+		t.Skip(why)
+	}
+	e, err := harness.Start(context.Background(), t.TempDir(), func(o *driver.Options) { o.DrainTimeout = 2 * time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	if err := e.S3.MakeBucket("drain"); err != nil {
+		t.Fatal(err)
+	}
+	v := newVol(t, e, "vol-drain", "drain")
+	v.mustStage()
+	target := v.mustPublish("pod", false)
+	if err := os.WriteFile(filepath.Join(target, "report.txt"), []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.unpublish(target); err != nil {
+		t.Fatal(err)
+	}
+	// The storage goes away before the file is uploaded.
+	if err := e.S3.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	err = v.unstage()
+	wantCode(t, err, codes.Unavailable)
+	if !strings.Contains(err.Error(), "not yet uploaded") {
+		t.Fatalf("message does not say why: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(v.staging, "report.txt")); err != nil || string(got) != "precious" {
+		t.Fatalf("after the failed unstage the mount must still serve the file: %q, %v", got, err)
+	}
+
+	// Once the storage is back, unstage uploads and succeeds.
+	if err := e.S3.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "unstage after the storage recovered", v.unstage)
+	if got, err := os.ReadFile(e.S3.Object("drain", "report.txt")); err != nil || string(got) != "precious" {
+		t.Fatalf("object: %q, %v", got, err)
 	}
 }

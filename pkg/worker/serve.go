@@ -20,6 +20,7 @@ import (
 	"github.com/rclone/rclone/fs/config/configmap"
 	"github.com/rclone/rclone/fs/config/configstruct"
 	"github.com/rclone/rclone/fs/rc"
+	"github.com/rclone/rclone/vfs/vfscache/writeback"
 	"github.com/rclone/rclone/vfs/vfscommon"
 
 	_ "github.com/rclone/rclone/backend/all" // every backend: platforms offer them all
@@ -168,11 +169,29 @@ func probe(ctx context.Context, f fs.Fs) error {
 func drain(mnt *mountlib.MountPoint, timeout time.Duration) int {
 	deadline := time.Now().Add(timeout)
 	for {
+		expedite()
 		pending := pendingUploads(mnt)
 		if pending == 0 || time.Now().After(deadline) {
 			return pending
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// expedite makes every queued upload due now, instead of after the VFS
+// write-back delay, through rclone's own vfs/queue calls. This worker has one
+// VFS, so the calls need not name it.
+func expedite() {
+	ctx := context.Background()
+	out, err := rc.Calls.Get("vfs/queue").Fn(ctx, rc.Params{})
+	if err != nil || out == nil {
+		return
+	}
+	items, _ := out["queue"].([]writeback.QueueInfo)
+	for _, it := range items {
+		if !it.Uploading {
+			_, _ = rc.Calls.Get("vfs/queue-set-expiry").Fn(ctx, rc.Params{"id": int64(it.ID), "expiry": -1e9})
+		}
 	}
 }
 

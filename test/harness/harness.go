@@ -9,11 +9,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	mount "k8s.io/mount-utils"
 
 	"github.com/csi-rclone/csi-rclone/pkg/driver"
 	"github.com/csi-rclone/csi-rclone/test/s3server"
@@ -139,6 +143,26 @@ func (e *Env) Close() {
 	}
 	if e.S3 != nil {
 		_ = e.S3.Stop(context.Background())
+	}
+	UnmountAll(e.Dir)
+}
+
+// UnmountAll detaches every mount below dir, deepest first, so that a test
+// that failed half-way leaves nothing mounted.
+func UnmountAll(dir string) {
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, mi := range infos {
+		if strings.HasPrefix(mi.MountPoint, dir+"/") {
+			points = append(points, mi.MountPoint)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		_ = unix.Unmount(p, unix.MNT_DETACH)
 	}
 }
 

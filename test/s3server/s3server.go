@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/rclone/rclone/fs/rc"
 
@@ -25,10 +26,31 @@ type Server struct {
 	// AccessKeyID and SecretAccessKey are the only credentials it accepts.
 	AccessKeyID, SecretAccessKey string
 	id                           string
+	stopped                      bool
 }
 
 // Start serves dir on a free loopback port, accepting one key pair.
 func Start(ctx context.Context, dir, accessKeyID, secretAccessKey string) (*Server, error) {
+	return start(ctx, "127.0.0.1:0", dir, accessKeyID, secretAccessKey)
+}
+
+// Restart stops the server and starts it again on the same address, as a
+// storage outage would.
+func (s *Server) Restart(ctx context.Context) error {
+	if !s.stopped {
+		if err := s.Stop(ctx); err != nil {
+			return err
+		}
+	}
+	n, err := start(ctx, strings.TrimPrefix(s.Endpoint, "http://"), s.Dir, s.AccessKeyID, s.SecretAccessKey)
+	if err != nil {
+		return err
+	}
+	*s = *n
+	return nil
+}
+
+func start(ctx context.Context, addr, dir, accessKeyID, secretAccessKey string) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -39,7 +61,7 @@ func Start(ctx context.Context, dir, accessKeyID, secretAccessKey string) (*Serv
 	out, err := start.Fn(ctx, rc.Params{
 		"type":     "s3",
 		"fs":       dir,
-		"addr":     []string{"127.0.0.1:0"},
+		"addr":     []string{addr},
 		"auth_key": []string{accessKeyID + "," + secretAccessKey},
 	})
 	if err != nil {
@@ -56,7 +78,11 @@ func Start(ctx context.Context, dir, accessKeyID, secretAccessKey string) (*Serv
 
 // Stop shuts the server down.
 func (s *Server) Stop(ctx context.Context) error {
+	if s.stopped {
+		return nil
+	}
 	_, err := rc.Calls.Get("serve/stop").Fn(ctx, rc.Params{"id": s.id})
+	s.stopped = err == nil
 	return err
 }
 
