@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/csi-rclone
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build demo test lint unit fuzz clean
+.PHONY: all build demo test lint unit fuzz proto clean
 
 all: build
 
@@ -33,6 +33,19 @@ unit:
 
 fuzz:
 	$(GO) test ./secrets/ -run '^$$' -fuzz FuzzParse -fuzztime 2m
+
+# Regenerate the secret-service API's Go code. protoc comes from Debian
+# (protobuf-compiler); the Go plugins are pinned and built into bin/tools.
+PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+proto:
+	@command -v protoc >/dev/null || { echo "protoc missing: apt-get install protobuf-compiler"; exit 1; }
+	GOBIN=$(CURDIR)/bin/tools $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(CURDIR)/bin/tools $(GO) install $(PROTOC_GEN_GO_GRPC)
+	PATH=$(CURDIR)/bin/tools:$$PATH protoc -I proto \
+		--go_out=proto --go_opt=paths=source_relative \
+		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
+		proto/secretservice/v1/secretservice.proto
 
 clean:
 	rm -rf bin

@@ -8,6 +8,8 @@ import (
 	"github.com/rclone/rclone/fs"
 	"github.com/rclone/rclone/fs/config/configstruct"
 	"github.com/rclone/rclone/vfs/vfscommon"
+
+	_ "github.com/rclone/rclone/backend/all" // the registry that types and options are checked against
 )
 
 // Policy says what a tenant may put in a stage secret. The zero value is the

@@ -8,6 +8,7 @@ package secrets
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +29,15 @@ const (
 	KeyConfigData       = "configData"
 	KeyVFSOpt           = "vfsOpt"
 	KeyMountOpt         = "mountOpt"
+	// KeySecretKey is a Fernet key that decrypts the overrides, as Renku's
+	// secrets carry it (the legacy mode; see SECURITY.md).
+	KeySecretKey = "secretKey"
+	// Placeholder stands for a value that an override in the secret gives.
+	Placeholder = "<sensitive>"
 )
+
+// reservedKeys are the keys that are not option overrides.
+var reservedKeys = []string{KeyRemote, KeyRemotePath, KeyRemotePathSuffix, KeyConfigData, KeyVFSOpt, KeyMountOpt, KeySecretKey}
 
 // ErrInvalid marks every error caused by the tenant's input.
 var ErrInvalid = errors.New("invalid volume configuration")
@@ -46,6 +55,14 @@ type Volume struct {
 	// VFSOpt and MountOpt are rclone option names (snake_case) to values.
 	VFSOpt   map[string]string `json:"vfsOpt,omitempty"`
 	MountOpt map[string]string `json:"mountOpt,omitempty"`
+	// Secrets are values that came encrypted or as overrides: they are
+	// redacted from messages whatever option holds them.
+	Secrets []string `json:"secrets,omitempty"`
+}
+
+// Redact replaces every credential of the volume found in msg.
+func (v *Volume) Redact(msg string) string {
+	return RedactValues(msg, append(v.Config.Sensitive(), v.Secrets...))
 }
 
 // FsString is the rclone remote string of the volume ("name:path").
@@ -55,18 +72,39 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// Parse builds a Volume from a node-stage secret and a volume context.
-// A key may be in either; where both have it, the secret wins, because the
-// secret is what a platform writes per session.
+// Parse builds a Volume from a node-stage secret and a volume context that
+// hold no encrypted value (see Build).
 func Parse(secret, volumeContext map[string]string, policy *Policy) (*Volume, error) {
+	return Build(context.Background(), Source{Secret: secret, VolumeContext: volumeContext}, policy, nil)
+}
+
+// Source is what a CSI request gives to build a volume from.
+type Source struct {
+	Secret        map[string]string
+	VolumeContext map[string]string
+	VolumeID      string
+}
+
+// Build makes a Volume from a node-stage secret and a volume context:
+//  1. read the keys; a key may be in either map, and where both have it the
+//     secret wins, because the secret is what a platform writes per session;
+//  2. parse configData; collect option overrides (other keys of the secret);
+//  3. decrypt: legacy Fernet overrides with secretKey, and every encrypted
+//     value (envelope.Prefix) in one call to the secret service;
+//  4. put the overrides into the mounted remote's section;
+//  5. check everything against the policy.
+//
+// dec may be nil when no secret service is configured; an encrypted value
+// is then an error. No value is ever left empty or as a placeholder.
+func Build(ctx context.Context, src Source, policy *Policy, dec Decrypter) (*Volume, error) {
 	if policy == nil {
 		policy = &Policy{}
 	}
 	get := func(key string) string {
-		if v, ok := secret[key]; ok {
+		if v, ok := src.Secret[key]; ok {
 			return v
 		}
-		return volumeContext[key]
+		return src.VolumeContext[key]
 	}
 
 	cfg, err := parseConfigData(get(KeyConfigData))
@@ -83,6 +121,28 @@ func Parse(secret, volumeContext map[string]string, policy *Policy) (*Volume, er
 	if _, ok := cfg[remote]; !ok {
 		return nil, invalidf("remote %q has no section in %s", remote, KeyConfigData)
 	}
+	overrides, err := optionOverrides(src.Secret)
+	if err != nil {
+		return nil, err
+	}
+	secretValues, err := decrypt(ctx, src, cfg, overrides, dec)
+	if err != nil {
+		return nil, err
+	}
+	for key, value := range overrides {
+		cfg[remote][key] = value
+	}
+	for name, section := range cfg {
+		for key, value := range section {
+			if value == Placeholder {
+				return nil, invalidf("section %q option %q is %s and the secret gives no value for it", name, key, Placeholder)
+			}
+			if err := checkValue(name, key, value); err != nil {
+				return nil, err
+			}
+		}
+	}
+
 	remotePath, err := cleanRemotePath(get(KeyRemotePath) + suffix(get(KeyRemotePathSuffix)))
 	if err != nil {
 		return nil, err
@@ -98,7 +158,7 @@ func Parse(secret, volumeContext map[string]string, policy *Policy) (*Volume, er
 	if err != nil {
 		return nil, err
 	}
-	return &Volume{Config: cfg, Remote: remote, Path: remotePath, VFSOpt: vfsOpt, MountOpt: mountOpt}, nil
+	return &Volume{Config: cfg, Remote: remote, Path: remotePath, VFSOpt: vfsOpt, MountOpt: mountOpt, Secrets: secretValues}, nil
 }
 
 func suffix(s string) string {

@@ -29,7 +29,12 @@ func main() {
 		fmt.Println(version)
 		return
 	}
-	if err := run(os.Args[1:]); err != nil {
+	cmd := run
+	if len(os.Args) > 1 && os.Args[1] == "encrypt" {
+		cmd = encrypt
+		os.Args = os.Args[1:]
+	}
+	if err := cmd(os.Args[1:]); err != nil {
 		klog.ErrorS(err, "csi-rclone failed")
 		klog.Flush()
 		os.Exit(1)
@@ -41,6 +46,7 @@ func run(args []string) error {
 	klog.InitFlags(fl)
 	opts := driver.Options{Version: version}
 	var mode, allowBackends, allowOptions string
+	var ss secretServiceFlags
 	fl.StringVar(&opts.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint")
 	fl.StringVar(&opts.NodeID, "nodeid", "", "node id (the Kubernetes node name)")
 	fl.StringVar(&opts.DriverName, "driver-name", driver.DefaultDriverName, "CSI driver name; equals the CSIDriver object's name")
@@ -53,8 +59,17 @@ func run(args []string) error {
 	fl.IntVar(&opts.DefaultGID, "default-gid", 1000, "group of files in a mount unless the volume sets gid or the pod an fsGroup")
 	fl.StringVar(&allowBackends, "tenant-allow-backends", "", "comma-separated rclone backend types that tenants may use although denied by default (see SECURITY.md)")
 	fl.StringVar(&allowOptions, "tenant-allow-options", "", "comma-separated rclone option names that tenants may set although denied by default (see SECURITY.md)")
+	ss.register(fl)
 	if err := fl.Parse(args); err != nil {
 		return err
+	}
+	dec, err := ss.client(opts.NodeID)
+	if err != nil {
+		return err
+	}
+	if dec != nil {
+		opts.Decrypter = dec
+		defer dec.Close()
 	}
 	opts.Mode = driver.Mode(mode)
 	opts.Policy.AllowBackends = splitList(allowBackends)

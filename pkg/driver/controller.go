@@ -53,7 +53,7 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 	// A provisioner secret, when the StorageClass names one, is checked now so
 	// that a bad config fails the PVC rather than the pod.
 	if _, has := req.GetSecrets()[secrets.KeyConfigData]; has {
-		if _, err := secrets.Parse(req.GetSecrets(), req.GetParameters(), &s.d.opts.Policy); err != nil {
+		if err := secrets.Check(req.GetSecrets(), req.GetParameters(), &s.d.opts.Policy); err != nil {
 			return nil, statusFor(err, "checking the provisioner secret")
 		}
 	}

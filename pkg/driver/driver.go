@@ -62,6 +62,8 @@ type Options struct {
 	Worker worker.Options
 	// Policy says what tenants may set in stage secrets.
 	Policy secrets.Policy
+	// Decrypter is the secret service client; nil when none is configured.
+	Decrypter secrets.Decrypter
 	// DefaultUID and DefaultGID own the files of a mount unless the volume
 	// says otherwise.
 	DefaultUID, DefaultGID int

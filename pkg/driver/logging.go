@@ -72,11 +72,11 @@ func statusFor(err error, format string) error {
 	switch {
 	case errors.Is(err, secrets.ErrInvalid):
 		code = codes.InvalidArgument
-	case errors.Is(err, worker.ErrPermissionDenied):
+	case errors.Is(err, worker.ErrPermissionDenied), errors.Is(err, secrets.ErrDenied):
 		code = codes.PermissionDenied
 	case errors.Is(err, worker.ErrNotFound):
 		code = codes.NotFound
-	case errors.Is(err, worker.ErrUnavailable), errors.Is(err, worker.ErrUploadsPending):
+	case errors.Is(err, worker.ErrUnavailable), errors.Is(err, worker.ErrUploadsPending), errors.Is(err, secrets.ErrUnavailable):
 		code = codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded

@@ -134,7 +134,8 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		s.forget(id)
 	}
 
-	vol, err := secrets.Parse(req.GetSecrets(), req.GetVolumeContext(), &s.d.opts.Policy)
+	vol, err := secrets.Build(ctx, secrets.Source{Secret: req.GetSecrets(), VolumeContext: req.GetVolumeContext(), VolumeID: id},
+		&s.d.opts.Policy, s.d.opts.Decrypter)
 	if err != nil {
 		return nil, statusFor(err, "volume configuration")
 	}

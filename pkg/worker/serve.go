@@ -47,11 +47,11 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 
 	mnt, err := mount(ctx, &spec)
 	if err != nil {
-		msg := spec.Volume.Config.Redact(err.Error())
+		msg := spec.Volume.Redact(err.Error())
 		send(event{Type: "error", Kind: kindOf(err), Message: msg})
 		return errors.New(msg)
 	}
-	spec.Volume.Config = nil // the credentials are in rclone's memory now; drop our copy
+	spec.Volume.Config, spec.Volume.Secrets = nil, nil // in rclone's memory now; drop our copy
 	send(event{Type: "ready"})
 	fs.Logf(nil, "worker: volume %s mounted at %s", spec.VolumeID, spec.MountPoint)
 
