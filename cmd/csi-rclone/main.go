@@ -55,6 +55,8 @@ func run(args []string) error {
 	fl.StringVar(&opts.CacheDir, "cache-dir", "/var/lib/csi-rclone/cache", "root of the per-volume rclone VFS caches")
 	fl.DurationVar(&opts.MountTimeout, "mount-timeout", 2*time.Minute, "how long NodeStageVolume waits for a mount")
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long NodeUnstageVolume waits for pending uploads before it fails")
+	fl.StringVar(&opts.MetricsAddress, "metrics-address", "", "serve Prometheus metrics on this address (e.g. :9090); empty: off")
+	fl.IntVar(&opts.RecoveryConcurrency, "recovery-concurrency", 4, "how many volumes are mounted again at once after a restart")
 	fl.IntVar(&opts.DefaultUID, "default-uid", 1000, "owner of files in a mount unless the volume sets uid")
 	fl.IntVar(&opts.DefaultGID, "default-gid", 1000, "group of files in a mount unless the volume sets gid or the pod an fsGroup")
 	fl.StringVar(&allowBackends, "tenant-allow-backends", "", "comma-separated rclone backend types that tenants may use although denied by default (see SECURITY.md)")

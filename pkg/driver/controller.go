@@ -160,9 +160,11 @@ func checkCapability(c *csi.VolumeCapability) error {
 	return nil
 }
 
-// readOnlyMode reports whether the access mode only reads.
-func readOnlyMode(c *csi.VolumeCapability) bool {
-	switch c.GetAccessMode().GetMode() {
+// readOnlyMode reports whether the capability's access mode only reads.
+func readOnlyMode(c *csi.VolumeCapability) bool { return readOnlyAccess(c.GetAccessMode().GetMode()) }
+
+func readOnlyAccess(m csi.VolumeCapability_AccessMode_Mode) bool {
+	switch m {
 	case csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
 		return true
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,10 +19,12 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-rclone/csi-rclone/pkg/mounter"
+	"github.com/csi-rclone/csi-rclone/pkg/state"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
@@ -67,6 +70,11 @@ type Options struct {
 	// DefaultUID and DefaultGID own the files of a mount unless the volume
 	// says otherwise.
 	DefaultUID, DefaultGID int
+	// RecoveryConcurrency bounds how many volumes are mounted again at once
+	// when the driver starts.
+	RecoveryConcurrency int
+	// MetricsAddress serves Prometheus metrics on /metrics; empty: off.
+	MetricsAddress string
 }
 
 func (o *Options) setDefaults() {
@@ -81,6 +89,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = 5 * time.Minute
+	}
+	if o.RecoveryConcurrency <= 0 {
+		o.RecoveryConcurrency = 4
 	}
 }
 
@@ -136,8 +147,12 @@ func New(opts Options) (*Driver, error) {
 		if err != nil {
 			return nil, err
 		}
+		store, err := state.New(filepath.Join(opts.StateDir, "volumes"))
+		if err != nil {
+			return nil, err
+		}
 		d.mounter = m
-		d.node = newNodeServer(d)
+		d.node = newNodeServer(d, store)
 	}
 	return d, nil
 }
@@ -157,11 +172,23 @@ func (d *Driver) Run(ctx context.Context) error {
 	if d.node != nil {
 		csi.RegisterNodeServer(srv, d.node)
 	}
-	d.ready.Store(true)
 	klog.InfoS("serving CSI", "driver", d.opts.DriverName, "version", d.opts.Version, "mode", d.opts.Mode, "endpoint", d.opts.Endpoint, "node", d.opts.NodeID)
 
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(lis) }()
+	if d.opts.MetricsAddress != "" {
+		ms := &http.Server{Addr: d.opts.MetricsAddress, Handler: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- ms.ListenAndServe() }()
+		defer ms.Close()
+	}
+	// Identity answers at once, saying not ready; node calls for a volume
+	// wait until it is mounted again.
+	if d.node != nil {
+		start := time.Now()
+		d.node.reconcile(ctx)
+		klog.InfoS("recovery done", "duration", time.Since(start))
+	}
+	d.ready.Store(true)
 	select {
 	case <-ctx.Done():
 		srv.GracefulStop()

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -19,33 +20,43 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-rclone/csi-rclone/pkg/mounter"
+	"github.com/csi-rclone/csi-rclone/pkg/state"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
 
-// stagedVolume is a volume this node plugin has mounted.
+// stagedVolume is a volume this node plugin has mounted, or must mount
+// again. Its record is what a restarted driver recovers it from.
 type stagedVolume struct {
 	id          string
 	stagingPath string
 	cacheDir    string
 	readOnly    bool
 	fingerprint string // of the stage request, to tell a retry from a conflict
-	proc        *worker.Process
-	targets     map[string]bool // target path → read-only
+
+	// Guarded by nodeServer.mu.
+	rec       *state.Volume // targets included
+	proc      *worker.Process
+	stopping  bool   // an unstage is stopping the worker: do not restart it
+	health    string // why the volume is not mounted now; "" when it is
+	recovered chan struct{}
+	started   time.Time // when the current worker mounted
+	failures  int       // deaths and failed mounts in a row, for backoff
 }
 
 type nodeServer struct {
 	csi.UnimplementedNodeServer
 	d     *Driver
 	m     *mounter.Mounter
+	store *state.Store
 	locks *volumeLocks
 
 	mu      sync.Mutex
 	volumes map[string]*stagedVolume
 }
 
-func newNodeServer(d *Driver) *nodeServer {
-	return &nodeServer{d: d, m: d.mounter, locks: newVolumeLocks(), volumes: map[string]*stagedVolume{}}
+func newNodeServer(d *Driver, store *state.Store) *nodeServer {
+	return &nodeServer{d: d, m: d.mounter, store: store, locks: newVolumeLocks(), volumes: map[string]*stagedVolume{}}
 }
 
 func (s *nodeServer) get(id string) *stagedVolume {
@@ -54,19 +65,54 @@ func (s *nodeServer) get(id string) *stagedVolume {
 	return s.volumes[id]
 }
 
-func (s *nodeServer) put(v *stagedVolume) {
+func (s *nodeServer) forget(v *stagedVolume) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if v.targets == nil {
-		v.targets = map[string]bool{}
+	if s.volumes[v.id] == v {
+		delete(s.volumes, v.id)
 	}
-	s.volumes[v.id] = v
 }
 
-func (s *nodeServer) forget(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.volumes, id)
+// newStagedVolume makes the in-memory volume of a record.
+func (s *nodeServer) newStagedVolume(rec *state.Volume) *stagedVolume {
+	return &stagedVolume{
+		id:          rec.VolumeID,
+		stagingPath: rec.StagingPath,
+		cacheDir:    filepath.Join(s.d.opts.CacheDir, dirName(rec.VolumeID)),
+		readOnly:    readOnlyAccess(csi.VolumeCapability_AccessMode_Mode(rec.AccessMode)),
+		fingerprint: fingerprint(rec),
+		rec:         rec,
+		recovered:   closedChan(),
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// waitRecovered holds a call for a volume that a restarted driver is still
+// mounting again, so that it sees the volume as it was.
+func (s *nodeServer) waitRecovered(ctx context.Context, id string) error {
+	v := s.get(id)
+	if v == nil {
+		return nil
+	}
+	select {
+	case <-v.recovered:
+		return nil
+	case <-ctx.Done():
+		return status.Errorf(codes.Unavailable, "volume %q is still being recovered", id)
+	}
+}
+
+// begin waits for recovery of id, then takes its lock.
+func (s *nodeServer) begin(ctx context.Context, id string) error {
+	if err := s.waitRecovered(ctx, id); err != nil {
+		return err
+	}
+	return s.lock(id)
 }
 
 func (s *nodeServer) lock(id string) error {
@@ -112,62 +158,99 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	if err := s.lock(id); err != nil {
+	if err := s.begin(ctx, id); err != nil {
 		return nil, err
 	}
 	defer s.locks.release(id)
 
-	fp := fingerprint(req)
+	rec := &state.Volume{
+		Phase:       state.Staging,
+		VolumeID:    id,
+		StagingPath: filepath.Clean(staging),
+		AccessMode:  int32(req.GetVolumeCapability().GetAccessMode().GetMode()),
+		MountGroup:  req.GetVolumeCapability().GetMount().GetVolumeMountGroup(),
+		Secret:      req.GetSecrets(),
+		Context:     req.GetVolumeContext(),
+		Targets:     map[string]bool{},
+	}
 	if v := s.get(id); v != nil {
-		if v.stagingPath != filepath.Clean(staging) {
+		if v.stagingPath != rec.StagingPath {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %s", id, v.stagingPath)
 		}
-		if v.fingerprint != fp {
+		if v.fingerprint != fingerprint(rec) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged at %s with another capability, context or secret", id, staging)
 		}
 		if st, _ := s.m.Check(staging); st == mounter.Mounted {
 			return &csi.NodeStageVolumeResponse{}, nil
 		}
-		// The worker died: mount again below.
-		klog.InfoS("staged volume is not mounted any more; mounting again", "volumeID", id, "stagingPath", staging)
-		v.proc.Kill()
-		s.forget(id)
+		// The worker died and could not be restarted yet: try now.
+		if err := s.restore(ctx, v); err != nil {
+			return nil, statusFor(err, "mounting volume again")
+		}
+		return &csi.NodeStageVolumeResponse{}, nil
 	}
 
-	vol, err := secrets.Build(ctx, secrets.Source{Secret: req.GetSecrets(), VolumeContext: req.GetVolumeContext(), VolumeID: id},
-		&s.d.opts.Policy, s.d.opts.Decrypter)
-	if err != nil {
-		return nil, statusFor(err, "volume configuration")
+	v := s.newStagedVolume(rec)
+	// The record goes first, in phase Staging: a driver that dies before the
+	// mount is up finds it on restart and cleans up instead of leaving a
+	// half-mounted volume.
+	if err := s.store.Save(rec); err != nil {
+		return nil, status.Errorf(codes.Internal, "recording volume: %v", err)
 	}
-	readOnly := readOnlyMode(req.GetVolumeCapability())
-	if err := s.applyOptions(vol, readOnly, req.GetVolumeCapability().GetMount().GetVolumeMountGroup()); err != nil {
-		return nil, statusFor(err, "volume configuration")
-	}
-
-	v := &stagedVolume{
-		id:          id,
-		stagingPath: filepath.Clean(staging),
-		cacheDir:    filepath.Join(s.d.opts.CacheDir, dirName(id)),
-		readOnly:    readOnly,
-		fingerprint: fp,
-	}
-	if err := s.mount(ctx, v, vol); err != nil {
+	if err := s.start(ctx, v); err != nil {
+		_ = s.store.Delete(id)
 		return nil, statusFor(err, "mounting volume")
 	}
-	s.put(v)
-	klog.InfoS("volume staged", "volumeID", id, "stagingPath", staging, "remote", vol.Remote, "readOnly", readOnly, "workerPID", v.proc.Pid())
+	rec.Phase = state.Staged
+	if err := s.store.Save(rec); err != nil {
+		s.stop(v)
+		_ = s.store.Delete(id)
+		return nil, status.Errorf(codes.Internal, "recording volume: %v", err)
+	}
+	s.mu.Lock()
+	s.volumes[id] = v
+	v.started = time.Now()
+	s.mu.Unlock()
+	go s.keepMounted(v, v.proc)
+	klog.InfoS("volume staged", "volumeID", id, "stagingPath", staging, "readOnly", v.readOnly, "workerPID", v.proc.Pid())
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// start builds the rclone config from the record (decrypting through the
+// secret service) and mounts it: at stage, and again at recovery.
+func (s *nodeServer) start(ctx context.Context, v *stagedVolume) error {
+	vol, err := secrets.Build(ctx, secrets.Source{Secret: v.rec.Secret, VolumeContext: v.rec.Context, VolumeID: v.id},
+		&s.d.opts.Policy, s.d.opts.Decrypter)
+	if err != nil {
+		return err
+	}
+	if err := s.applyOptions(vol, v.readOnly, v.rec.MountGroup); err != nil {
+		return err
+	}
+	return s.mount(ctx, v, vol)
+}
+
+// stop kills a worker and removes its mount, for a stage that failed late.
+func (s *nodeServer) stop(v *stagedVolume) {
+	s.mu.Lock()
+	v.stopping = true
+	proc := v.proc
+	s.mu.Unlock()
+	if proc != nil {
+		proc.Kill()
+	}
+	_ = s.m.Unmount(v.stagingPath)
 }
 
 // mount starts the worker for v and waits for a live mount, cleaning up on
 // failure.
 func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Volume) (err error) {
-	if err := os.MkdirAll(v.stagingPath, 0o750); err != nil {
-		return fmt.Errorf("staging path: %w", err)
-	}
 	// A dead mount left by a worker that died stays in the way of a new one.
 	if err := s.m.Unmount(v.stagingPath); err != nil {
 		return err
+	}
+	if err := os.MkdirAll(v.stagingPath, 0o750); err != nil {
+		return fmt.Errorf("staging path: %w", err)
 	}
 	newCache := false
 	if _, err := os.Stat(v.cacheDir); errors.Is(err, os.ErrNotExist) {
@@ -196,7 +279,9 @@ func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Vo
 		_ = s.m.Unmount(v.stagingPath)
 		return fmt.Errorf("%w: %w", worker.ErrMount, err)
 	}
-	v.proc = proc
+	s.mu.Lock()
+	v.proc, v.health = proc, ""
+	s.mu.Unlock()
 	return nil
 }
 
@@ -235,20 +320,32 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if staging == "" {
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
-	if err := s.lock(id); err != nil {
+	if err := s.begin(ctx, id); err != nil {
 		return nil, err
 	}
 	defer s.locks.release(id)
 
 	if v := s.get(id); v != nil {
-		if err := v.proc.Stop(ctx, s.d.opts.DrainTimeout); err != nil {
-			// The mount stays up with the files that are not uploaded yet.
-			return nil, statusFor(err, "unstaging volume")
+		s.mu.Lock()
+		v.stopping = true
+		proc := v.proc
+		s.mu.Unlock()
+		if proc != nil {
+			if err := proc.Stop(ctx, s.d.opts.DrainTimeout); err != nil {
+				s.mu.Lock()
+				v.stopping = false
+				s.mu.Unlock()
+				// The mount stays up with the files that are not uploaded yet.
+				return nil, statusFor(err, "unstaging volume")
+			}
 		}
 		if err := os.RemoveAll(v.cacheDir); err != nil {
 			klog.ErrorS(err, "removing cache dir", "volumeID", id)
 		}
-		s.forget(id)
+		if err := s.store.Delete(id); err != nil {
+			return nil, status.Errorf(codes.Internal, "removing the volume's record: %v", err)
+		}
+		s.forget(v)
 	}
 	if err := s.m.Unmount(staging); err != nil {
 		return nil, status.Errorf(codes.Internal, "unmounting %s: %v", staging, err)
@@ -260,7 +357,7 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 // NodePublishVolume bind-mounts the staging path onto the target. It never
 // starts rclone. A dead bind left at the target is repaired by stacking a
 // fresh one on top, which reaches containers holding a copy of the target.
-func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, staging, target := req.GetVolumeId(), req.GetStagingTargetPath(), req.GetTargetPath()
 	switch {
 	case id == "":
@@ -273,7 +370,7 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	if err := s.lock(id); err != nil {
+	if err := s.begin(ctx, id); err != nil {
 		return nil, err
 	}
 	defer s.locks.release(id)
@@ -292,7 +389,9 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 	if st == mounter.Mounted {
 		ro, rerr := s.m.IsReadOnly(target)
 		if rerr == nil && ro == readOnly {
-			s.addTarget(v, target, readOnly)
+			if err := s.setTarget(v, target, readOnly, true); err != nil {
+				return nil, err
+			}
 			return &csi.NodePublishVolumeResponse{}, nil
 		}
 		return nil, status.Errorf(codes.AlreadyExists, "target %s is already mounted with another read-only setting", target)
@@ -306,20 +405,35 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 	if err := s.m.Bind(v.stagingPath, target, readOnly); err != nil {
 		return nil, status.Errorf(codes.Internal, "publishing: %v", err)
 	}
-	s.addTarget(v, target, readOnly)
+	if err := s.setTarget(v, target, readOnly, true); err != nil {
+		_ = s.m.UnmountAndRemove(target)
+		return nil, err
+	}
 	klog.InfoS("volume published", "volumeID", id, "targetPath", target, "readOnly", readOnly)
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
-func (s *nodeServer) addTarget(v *stagedVolume, target string, readOnly bool) {
+// setTarget adds (or removes) a target in the volume's record.
+func (s *nodeServer) setTarget(v *stagedVolume, target string, readOnly, add bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v.targets[target] = readOnly
+	if ro, has := v.rec.Targets[target]; add == has && (!add || ro == readOnly) {
+		return nil
+	}
+	if add {
+		v.rec.Targets[target] = readOnly
+	} else {
+		delete(v.rec.Targets, target)
+	}
+	if err := s.store.Save(v.rec); err != nil {
+		return status.Errorf(codes.Internal, "recording target: %v", err)
+	}
+	return nil
 }
 
 // NodeUnpublishVolume unmounts every layer at the target and removes it. It
 // never stats through the mount, so a dead or hung one cannot block it.
-func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
@@ -327,7 +441,7 @@ func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpubli
 	if target == "" {
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
-	if err := s.lock(id); err != nil {
+	if err := s.begin(ctx, id); err != nil {
 		return nil, err
 	}
 	defer s.locks.release(id)
@@ -336,9 +450,9 @@ func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpubli
 		return nil, status.Errorf(codes.Internal, "unpublishing: %v", err)
 	}
 	if v := s.get(id); v != nil {
-		s.mu.Lock()
-		delete(v.targets, target)
-		s.mu.Unlock()
+		if err := s.setTarget(v, target, false, false); err != nil {
+			return nil, err
+		}
 	}
 	klog.InfoS("volume unpublished", "volumeID", id, "targetPath", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
@@ -352,7 +466,7 @@ func (s *nodeServer) volumeAt(id, path string) (*stagedVolume, error) {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", id)
 	}
 	s.mu.Lock()
-	_, isTarget := v.targets[path]
+	_, isTarget := v.rec.Targets[path]
 	s.mu.Unlock()
 	if path != v.stagingPath && !isTarget {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %s", id, path)
@@ -370,11 +484,15 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 	if req.GetVolumePath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume path is required")
 	}
-	if _, err := s.volumeAt(id, path); err != nil {
+	v, err := s.volumeAt(id, path)
+	if err != nil {
 		return nil, err
 	}
 	if st, err := s.m.Check(path); st != mounter.Mounted {
-		return nil, status.Errorf(codes.Unavailable, "%s is %s: %v", path, st, err)
+		s.mu.Lock()
+		why := v.health
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.Unavailable, "%s is %s (%v) %s", path, st, err, why)
 	}
 	u, err := s.m.Statfs(path)
 	if err != nil {
@@ -413,6 +531,11 @@ func (s *nodeServer) NodeGetVolumeHealth(_ context.Context, req *csi.NodeGetVolu
 		if err != nil {
 			msg += ": " + err.Error()
 		}
+		s.mu.Lock()
+		if v.health != "" {
+			msg += "; " + v.health
+		}
+		s.mu.Unlock()
 		health.HealthStatuses = append(health.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
 			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "MountNotAvailable", Message: msg,
 		})
@@ -426,7 +549,13 @@ func (s *nodeServer) killAll() {
 	vols := slices.Collect(maps.Values(s.volumes))
 	s.mu.Unlock()
 	for _, v := range vols {
-		v.proc.Kill()
+		s.mu.Lock()
+		v.stopping = true
+		proc := v.proc
+		s.mu.Unlock()
+		if proc != nil {
+			proc.Kill()
+		}
 	}
 }
 
@@ -439,7 +568,7 @@ func dirName(id string) string {
 
 // fingerprint identifies what a stage request asks for, secrets included,
 // without keeping them.
-func fingerprint(req *csi.NodeStageVolumeRequest) string {
+func fingerprint(rec *state.Volume) string {
 	h := sha256.New()
 	write := func(m map[string]string) {
 		for _, k := range slices.Sorted(maps.Keys(m)) {
@@ -447,9 +576,8 @@ func fingerprint(req *csi.NodeStageVolumeRequest) string {
 		}
 		h.Write([]byte{0})
 	}
-	write(req.GetSecrets())
-	write(req.GetVolumeContext())
-	c := req.GetVolumeCapability()
-	fmt.Fprintf(h, "%v|%s", c.GetAccessMode().GetMode(), c.GetMount().GetVolumeMountGroup())
+	write(rec.Secret)
+	write(rec.Context)
+	fmt.Fprintf(h, "%d|%s", rec.AccessMode, rec.MountGroup)
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -162,7 +162,12 @@ func wantCode(t *testing.T, err error, code codes.Code) {
 // directory caches settle asynchronously.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	eventuallyWithin(t, 10*time.Second, what, f)
+}
+
+func eventuallyWithin(t *testing.T, d time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		err := f()
 		if err == nil {
@@ -452,29 +457,93 @@ func TestVolumeStatsAndHealth(t *testing.T) {
 	if h := health(); len(h.GetHealthStatuses()) != 0 {
 		t.Fatalf("healthy mount reported %v", h)
 	}
-	// Kill the worker: the mount goes dead and the volume is inaccessible.
+	if err := os.WriteFile(filepath.Join(target, "before.txt"), []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The storage goes away and the worker dies: the volume cannot be
+	// mounted again, and says so.
+	if err := e.S3.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
 	killWorkers(t, v.id)
-	eventually(t, "health after worker death", func() error {
+	eventuallyWithin(t, 20*time.Second, "health while the storage is down", func() error {
 		h := health()
-		if len(h.GetHealthStatuses()) != 1 || h.GetHealthStatuses()[0].GetStatus() != csi.VolumeHealthErrorType_INACCESSIBLE {
+		if len(h.GetHealthStatuses()) != 1 || h.GetHealthStatuses()[0].GetStatus() != csi.VolumeHealthErrorType_INACCESSIBLE ||
+			!strings.Contains(h.GetHealthStatuses()[0].GetMessage(), "mounting again failed") {
 			return fmt.Errorf("health %v", h)
 		}
 		return nil
 	})
 	_, err = e.Node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: target})
 	wantCode(t, err, codes.Unavailable)
-	// Unpublish and unstage of the dead mount succeed and leave nothing.
+
+	// The storage comes back: the driver retries with backoff, the target
+	// is repaired, the file written before is there, uploaded.
+	if err := e.S3.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 30*time.Second, "recovery after the storage came back", func() error {
+		got, err := os.ReadFile(filepath.Join(target, "before.txt"))
+		if err != nil || string(got) != "before" {
+			return fmt.Errorf("%q, %v", got, err)
+		}
+		if h := health(); len(h.GetHealthStatuses()) != 0 {
+			return fmt.Errorf("health %v", h)
+		}
+		return nil
+	})
+	eventuallyWithin(t, 20*time.Second, "upload of the file written before the crash", func() error {
+		_, err := os.Stat(e.S3.Object("stats", "before.txt"))
+		return err
+	})
+
 	if err := v.unpublish(target); err != nil {
-		t.Fatalf("unpublish dead: %v", err)
+		t.Fatal(err)
 	}
 	if err := v.unstage(); err != nil {
-		t.Fatalf("unstage dead: %v", err)
-	}
-	if mounted(t, v.staging) || mounted(t, target) {
-		t.Fatal("mounts left")
+		t.Fatal(err)
 	}
 	_, err = e.Node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: target})
 	wantCode(t, err, codes.NotFound)
+}
+
+// A worker killed with -9 is started again, and its targets repaired, by
+// the driver itself.
+func TestWorkerDeathIsRepaired(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("sup"); err != nil {
+		t.Fatal(err)
+	}
+	v := newVol(t, e, "vol-sup", "sup")
+	v.mustStage()
+	a := v.mustPublish("pod-a", false)
+	b := v.mustPublish("pod-b", true)
+	if err := os.WriteFile(filepath.Join(a, "one.txt"), []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		killWorkers(t, v.id)
+		start := time.Now()
+		eventuallyWithin(t, 10*time.Second, "targets readable again", func() error {
+			for _, target := range []string{a, b} {
+				if got, err := os.ReadFile(filepath.Join(target, "one.txt")); err != nil || string(got) != "1" {
+					return fmt.Errorf("%s: %q %v", target, got, err)
+				}
+			}
+			return nil
+		})
+		t.Logf("round %d: targets readable %s after the kill", round, time.Since(start).Round(time.Millisecond))
+	}
+	if n := workers(t, v.id); n != 1 {
+		t.Fatalf("%d workers, want 1", n)
+	}
+	if err := os.WriteFile(filepath.Join(b, "ro.txt"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("repaired read-only target is writable: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(a, "two.txt"), []byte("2"), 0o644); err != nil {
+		t.Fatalf("write after repair: %v", err)
+	}
 }
 
 func killWorkers(t *testing.T, volumeID string) {

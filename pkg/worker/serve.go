@@ -52,6 +52,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		return errors.New(msg)
 	}
 	spec.Volume.Config, spec.Volume.Secrets = nil, nil // in rclone's memory now; drop our copy
+	uploadLeftovers(mnt)
 	send(event{Type: "ready"})
 	fs.Logf(nil, "worker: volume %s mounted at %s", spec.VolumeID, spec.MountPoint)
 
@@ -148,10 +149,15 @@ func mount(ctx context.Context, spec *Spec) (*mountlib.MountPoint, error) {
 
 var errProbeDone = errors.New("probe done")
 
+// probeTimeout bounds the first listing. Backends retry on their own (the
+// S3 SDK backs off for a minute when the endpoint refuses connections).
+const probeTimeout = 15 * time.Second
+
 // probe reads the first page of the root so that bad credentials and missing
 // buckets fail the stage instead of the first ls in a pod.
 func probe(ctx context.Context, f fs.Fs) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	// Fail fast: the caller retries, and a pod waits for the answer.
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	if listP := f.Features().ListP; listP != nil {
 		err := listP(ctx, "", func(fs.DirEntries) error { return errProbeDone })
@@ -176,6 +182,30 @@ func drain(mnt *mountlib.MountPoint, timeout time.Duration) int {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// leftoverWait bounds how long a mount waits for the uploads a dead worker
+// left behind before it reports ready.
+const leftoverWait = 5 * time.Second
+
+// uploadLeftovers uploads the files that a worker which died left in the
+// cache: rclone queues them again on mount, but a directory listing made
+// while they upload misses them and stays cached for dir_cache_time. So they
+// go up at once, and the listings are dropped when they are up: within
+// leftoverWait before the mount reports ready, or later in the background.
+func uploadLeftovers(mnt *mountlib.MountPoint) {
+	if pendingUploads(mnt) == 0 {
+		return
+	}
+	if drain(mnt, leftoverWait) == 0 {
+		mnt.VFS.FlushDirCache()
+		return
+	}
+	go func() {
+		for drain(mnt, time.Hour) > 0 {
+		}
+		mnt.VFS.FlushDirCache()
+	}()
 }
 
 // expedite makes every queued upload due now, instead of after the VFS

@@ -1,0 +1,154 @@
+// Package state is the node plugin's recovery record: for each staged volume,
+// what it needs to stage it again after a restart (the stage request as it
+// arrived, encrypted values still encrypted) and where it is published.
+//
+// One file per volume, so that a corrupt file costs one volume only; written
+// atomically (temporary file, fsync, rename) with mode 0600 in a directory
+// that should be memory-backed (/run): a record holds credentials, and must
+// not outlive a node reboot, after which the kubelet stages everything anew.
+package state
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Version of the record format. A record of another version is skipped.
+const Version = 1
+
+// Phase of a volume's life on the node.
+type Phase string
+
+const (
+	// Staging: NodeStageVolume has started but not finished. A record found
+	// in this phase after a restart is a half-done stage, cleaned up, never
+	// recovered: the kubelet retries the stage.
+	Staging Phase = "staging"
+	// Staged: the volume is mounted and must be mounted again on recovery.
+	Staged Phase = "staged"
+)
+
+// Volume is the record of one volume.
+type Volume struct {
+	Version     int               `json:"version"`
+	Phase       Phase             `json:"phase"`
+	VolumeID    string            `json:"volumeID"`
+	StagingPath string            `json:"stagingPath"`
+	AccessMode  int32             `json:"accessMode"`
+	MountGroup  string            `json:"mountGroup,omitempty"`
+	Secret      map[string]string `json:"secret,omitempty"`
+	Context     map[string]string `json:"context,omitempty"`
+	// Targets maps each published target path to its read-only flag.
+	Targets map[string]bool `json:"targets,omitempty"`
+}
+
+// Store keeps records in a directory.
+type Store struct{ dir string }
+
+// New opens (creating, 0700) the record directory.
+func New(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Store{dir: dir}, nil
+}
+
+func (s *Store) path(volumeID string) string {
+	sum := sha256.Sum256([]byte(volumeID))
+	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".json")
+}
+
+// Save writes v atomically.
+func (s *Store) Save(v *Volume) error {
+	v.Version = Version
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(s.dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op after the rename
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), s.path(v.VolumeID))
+}
+
+// Delete removes the record of a volume; a missing one is no error.
+func (s *Store) Delete(volumeID string) error {
+	if err := os.Remove(s.path(volumeID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// LoadError is a record that could not be read; it is reported and skipped.
+type LoadError struct {
+	File string
+	Err  error
+}
+
+func (e *LoadError) Error() string { return fmt.Sprintf("record %s: %v", e.File, e.Err) }
+func (e *LoadError) Unwrap() error { return e.Err }
+
+// Load reads every record. Records that cannot be read, or are of another
+// version, come back as errors beside the good ones, never instead of them.
+func (s *Store) Load() ([]*Volume, []error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, []error{err}
+	}
+	var vols []*Volume
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
+			continue
+		}
+		file := filepath.Join(s.dir, name)
+		data, err := os.ReadFile(file)
+		if err != nil {
+			errs = append(errs, &LoadError{file, err})
+			continue
+		}
+		var v Volume
+		if err := json.Unmarshal(data, &v); err != nil {
+			errs = append(errs, &LoadError{file, fmt.Errorf("corrupt: %w", err)})
+			continue
+		}
+		switch {
+		case v.Version != Version:
+			errs = append(errs, &LoadError{file, fmt.Errorf("format version %d, this driver reads %d", v.Version, Version)})
+		case v.VolumeID == "" || v.StagingPath == "" || s.path(v.VolumeID) != file:
+			errs = append(errs, &LoadError{file, errors.New("incomplete or misnamed")})
+		default:
+			vols = append(vols, &v)
+		}
+	}
+	sort.Slice(vols, func(i, j int) bool { return vols[i].VolumeID < vols[j].VolumeID })
+	return vols, errs
+}
