@@ -29,13 +29,14 @@ var deniedBackends = []string{"local", "cache"}
 // deniedOptions run a command, name a node file, or use the node's identity.
 var deniedOptions = []string{
 	"ssh", "env_auth", "use_msi", "use_az", "key_use_agent", "use_kerberos",
-	"profile", "config_profile",
+	"profile", "config_profile", "unix_socket",
 }
 
 // deniedOptionSuffixes and prefixes catch whole families of such options
-// (md5sum_command, key_file, db_path, kerberos_ccache, msi_client_id, ...).
+// (md5sum_command, key_file, db_path, kerberos_ccache, unix_socket,
+// msi_client_id, ...).
 var (
-	deniedOptionSuffixes = []string{"_command", "_file", "_path", "_ccache"}
+	deniedOptionSuffixes = []string{"_command", "_file", "_path", "_ccache", "_socket"}
 	deniedOptionPrefixes = []string{"msi_"}
 )
 
@@ -103,21 +104,35 @@ func (p *Policy) checkConfig(cfg Config, root string) error {
 	return checkNoCycle(refs, root)
 }
 
-// referencedRemotes parses the remotes named by a reference option. Union and
-// combine take a space-separated list ("dir=remote:path" for combine, an
-// optional ":ro"/":nc"/":writeback" policy suffix for union).
+// referencedRemotes parses the remotes named by a reference option the way
+// rclone reads it: "remote" is one remote (its path may hold spaces);
+// "upstreams" is a space-separated list (quotes allowed), of "remote:path"
+// with an optional ":ro", ":nc" or ":writeback" for union, and of
+// "dir=remote:path" for combine. Each must name a section of this config:
+// never a local path, an on-the-fly ":backend:" or a "name,opt=value:".
 func referencedRemotes(cfg Config, section, key, value string) ([]string, error) {
+	if strings.TrimSpace(value) == "" {
+		return nil, invalidf("section %q option %q is empty", section, key)
+	}
+	items := []string{value}
+	if key == "upstreams" {
+		var list fs.SpaceSepList
+		if err := list.Set(value); err != nil {
+			return nil, invalidf("section %q option %q is not a list of remotes", section, key)
+		}
+		items = list
+	}
 	var names []string
-	for _, item := range strings.Fields(value) {
-		if _, rest, ok := strings.Cut(item, "="); ok && key == "upstreams" {
-			item = rest
+	for _, item := range items {
+		if cfg[section]["type"] == "combine" {
+			_, item, _ = strings.Cut(item, "=")
 		}
 		name, p, ok := strings.Cut(item, ":")
 		if !ok || name == "" {
 			return nil, invalidf("section %q option %q: %q must name a remote of this config as name:path", section, key, item)
 		}
 		if err := checkSectionName(name); err != nil {
-			return nil, err
+			return nil, invalidf("section %q option %q: %q is not a plain rclone remote name", section, key, name)
 		}
 		if _, ok := cfg[name]; !ok {
 			return nil, invalidf("section %q option %q: remote %q has no section in %s", section, key, name, KeyConfigData)

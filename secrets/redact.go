@@ -30,8 +30,6 @@ func (c Config) Sensitive() []string {
 			out = append(out, value)
 		}
 	}
-	// Longest first, so that a secret containing another is replaced whole.
-	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
 }
 
@@ -54,8 +52,11 @@ func (c Config) Redact(msg string) string {
 	return RedactValues(msg, c.Sensitive())
 }
 
-// RedactValues replaces each of values found in msg.
+// RedactValues replaces each of values found in msg, longest first, so that
+// a secret that contains another is replaced whole.
 func RedactValues(msg string, values []string) string {
+	values = slices.Clone(values)
+	slices.SortFunc(values, func(a, b string) int { return len(b) - len(a) })
 	for _, v := range values {
 		if len(v) >= 3 {
 			msg = strings.ReplaceAll(msg, v, Redacted)

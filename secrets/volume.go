@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -220,14 +221,17 @@ func checkSectionName(name string) error {
 	return nil
 }
 
+var keyName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+
 // checkValue refuses what could smuggle a new line or section into a config.
-// The option name is quoted, never the value.
+// It quotes the option name only once the name is known to be plain, and
+// never the value: a malformed line may hold a credential.
 func checkValue(section, key, value string) error {
+	if !keyName.MatchString(key) {
+		return invalidf("section %q: an option name is not valid (a line without \"=\"?)", section)
+	}
 	if strings.ContainsAny(value, "\r\n\x00") {
 		return invalidf("section %q option %q: value contains a line break", section, key)
-	}
-	if strings.ContainsAny(key, "\r\n\x00[]=") {
-		return invalidf("section %q: option name %q is not valid", section, key)
 	}
 	return nil
 }
@@ -265,7 +269,7 @@ func parseOptions(key, data string, check func(name, value string) (string, erro
 	var raw map[string]any
 	dec := json.NewDecoder(strings.NewReader(data))
 	dec.UseNumber()
-	if err := dec.Decode(&raw); err != nil || dec.More() {
+	if err := dec.Decode(&raw); err != nil || dec.More() || raw == nil {
 		return nil, invalidf("%s is not a JSON object", key)
 	}
 	out := make(map[string]string, len(raw))

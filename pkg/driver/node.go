@@ -73,6 +73,18 @@ func (s *nodeServer) forget(v *stagedVolume) {
 	}
 }
 
+// stagedAt names the volume staged at path, if any.
+func (s *nodeServer) stagedAt(path string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, v := range s.volumes {
+		if v.stagingPath == path {
+			return id
+		}
+	}
+	return ""
+}
+
 // newStagedVolume makes the in-memory volume of a record.
 func (s *nodeServer) newStagedVolume(rec *state.Volume) *stagedVolume {
 	return &stagedVolume{
@@ -346,6 +358,10 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 			return nil, status.Errorf(codes.Internal, "removing the volume's record: %v", err)
 		}
 		s.forget(v)
+	} else if owner := s.stagedAt(filepath.Clean(staging)); owner != "" {
+		// Not this volume's mount: leave it to its own volume.
+		klog.InfoS("unstage of an unknown volume at another volume's staging path; nothing to do", "volumeID", id, "owner", owner)
+		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
 	if err := s.m.Unmount(staging); err != nil {
 		return nil, status.Errorf(codes.Internal, "unmounting %s: %v", staging, err)

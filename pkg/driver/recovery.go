@@ -65,7 +65,7 @@ func (s *nodeServer) reconcile(ctx context.Context) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			s.locks.tryAcquire(v.id) // nobody else can hold it yet: calls wait for recovered
-			err := s.recoverVolume(ctx, v)
+			err := s.restore(ctx, v) // no worker of ours serves it: mount anew
 			s.locks.release(v.id)
 			close(v.recovered)
 			if err != nil {
@@ -74,18 +74,6 @@ func (s *nodeServer) reconcile(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-}
-
-// recoverVolume mounts v again unless its staging mount is alive.
-func (s *nodeServer) recoverVolume(ctx context.Context, v *stagedVolume) error {
-	if st, _ := s.m.Check(v.stagingPath); st == mounter.Mounted {
-		// A mount nobody here serves: a worker of a driver that is gone
-		// would not have survived it, so this is someone else's. Leave it.
-		klog.InfoS("staging path is mounted already; not mounting it again", "volumeID", v.id, "stagingPath", v.stagingPath)
-		s.repairTargets(v)
-		return nil
-	}
-	return s.restore(ctx, v)
 }
 
 // restore mounts v again from its record, decrypting its secret again, and
@@ -207,10 +195,13 @@ func (s *nodeServer) keepMounted(v *stagedVolume, proc *worker.Process) {
 	}
 }
 
+// backoff is the wait before the next attempt after failures deaths or
+// failed mounts in a row: none after the first, so that a volume whose
+// worker died once is back at once.
 func backoff(failures int) time.Duration {
-	if failures <= 0 {
+	if failures <= 1 {
 		return 0
 	}
-	d := firstBackoff << min(failures-1, 10)
+	d := firstBackoff << min(failures-2, 10)
 	return min(d, maxBackoff)
 }

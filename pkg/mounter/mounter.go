@@ -94,10 +94,12 @@ func (m *Mounter) Check(path string) (State, error) {
 	if err != nil || n == 0 {
 		return NotMounted, err
 	}
+	// statfs, not stat: the kernel answers stat from cached attributes for
+	// a while after a FUSE daemon died, but always asks the daemon for statfs.
 	errc := make(chan error, 1)
 	go func() {
-		var st unix.Stat_t
-		errc <- unix.Stat(path, &st)
+		var st unix.Statfs_t
+		errc <- unix.Statfs(path, &st)
 	}()
 	select {
 	case err := <-errc:
@@ -107,7 +109,7 @@ func (m *Mounter) Check(path string) (State, error) {
 		if mount.IsCorruptedMnt(err) {
 			return Dead, nil
 		}
-		return Dead, fmt.Errorf("stat %s: %w", path, err)
+		return Dead, fmt.Errorf("statfs %s: %w", path, err)
 	case <-time.After(statTimeout):
 		return Dead, fmt.Errorf("stat %s: no answer in %s", path, statTimeout)
 	}

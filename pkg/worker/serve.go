@@ -109,6 +109,11 @@ func mount(ctx context.Context, spec *Spec) (*mountlib.MountPoint, error) {
 	if err := config.SetCacheDir(spec.CacheDir); err != nil {
 		return nil, fmt.Errorf("cache dir: %w", err)
 	}
+	if n, err := repairCacheMetadata(spec.CacheDir, time.Now()); err != nil {
+		fs.Errorf(nil, "worker: checking the VFS cache: %v", err)
+	} else if n > 0 {
+		fs.Logf(nil, "worker: %d file(s) whose cache metadata a killed worker cut short will be uploaded", n)
+	}
 	data := config.LoadedData()
 	for name, section := range spec.Volume.Config {
 		for k, v := range section {

@@ -27,11 +27,14 @@ type Server struct {
 	AccessKeyID, SecretAccessKey string
 	id                           string
 	stopped                      bool
+	extraKeys                    []string
 }
 
-// Start serves dir on a free loopback port, accepting one key pair.
-func Start(ctx context.Context, dir, accessKeyID, secretAccessKey string) (*Server, error) {
-	return start(ctx, "127.0.0.1:0", dir, accessKeyID, secretAccessKey)
+// Start serves dir on a free loopback port, accepting the key pair
+// accessKeyID, secretAccessKey and, if given, more pairs of extraKeys
+// (id, secret, id, secret ...).
+func Start(ctx context.Context, dir, accessKeyID, secretAccessKey string, extraKeys ...string) (*Server, error) {
+	return start(ctx, "127.0.0.1:0", dir, accessKeyID, secretAccessKey, extraKeys)
 }
 
 // Restart stops the server and starts it again on the same address, as a
@@ -42,7 +45,7 @@ func (s *Server) Restart(ctx context.Context) error {
 			return err
 		}
 	}
-	n, err := start(ctx, strings.TrimPrefix(s.Endpoint, "http://"), s.Dir, s.AccessKeyID, s.SecretAccessKey)
+	n, err := start(ctx, strings.TrimPrefix(s.Endpoint, "http://"), s.Dir, s.AccessKeyID, s.SecretAccessKey, s.extraKeys)
 	if err != nil {
 		return err
 	}
@@ -50,7 +53,14 @@ func (s *Server) Restart(ctx context.Context) error {
 	return nil
 }
 
-func start(ctx context.Context, addr, dir, accessKeyID, secretAccessKey string) (*Server, error) {
+func start(ctx context.Context, addr, dir, accessKeyID, secretAccessKey string, extraKeys []string) (*Server, error) {
+	if len(extraKeys)%2 != 0 {
+		return nil, fmt.Errorf("extra keys come in pairs")
+	}
+	keys := []string{accessKeyID + "," + secretAccessKey}
+	for i := 0; i < len(extraKeys); i += 2 {
+		keys = append(keys, extraKeys[i]+","+extraKeys[i+1])
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -62,7 +72,7 @@ func start(ctx context.Context, addr, dir, accessKeyID, secretAccessKey string) 
 		"type":     "s3",
 		"fs":       dir,
 		"addr":     []string{addr},
-		"auth_key": []string{accessKeyID + "," + secretAccessKey},
+		"auth_key": keys,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting S3 server: %w", err)
@@ -73,6 +83,7 @@ func start(ctx context.Context, addr, dir, accessKeyID, secretAccessKey string) 
 		AccessKeyID:     accessKeyID,
 		SecretAccessKey: secretAccessKey,
 		id:              out["id"].(string),
+		extraKeys:       extraKeys,
 	}, nil
 }
 
@@ -98,6 +109,11 @@ func (s *Server) Object(bucket, key string) string {
 
 // RcloneConfig is an rclone config section named name for this server.
 func (s *Server) RcloneConfig(name string) string {
+	return RcloneConfig(name, s.Endpoint, s.AccessKeyID, s.SecretAccessKey)
+}
+
+// RcloneConfig is an rclone config section for an S3 endpoint.
+func RcloneConfig(name, endpoint, accessKeyID, secretAccessKey string) string {
 	return fmt.Sprintf("[%s]\ntype = s3\nprovider = Other\naccess_key_id = %s\nsecret_access_key = %s\nendpoint = %s\nforce_path_style = true\n",
-		name, s.AccessKeyID, s.SecretAccessKey, s.Endpoint)
+		name, accessKeyID, secretAccessKey, endpoint)
 }

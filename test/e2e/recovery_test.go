@@ -1,0 +1,466 @@
+// Package e2e runs the csi-rclone binary as a separate process, plays the
+// kubelet with the real Kubernetes path layout and the container runtime with
+// mount namespaces, and checks that mounts come back after the driver or a
+// worker is killed, with no call from the kubelet.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+
+	"github.com/csi-rclone/csi-rclone/pkg/envelope"
+	"github.com/csi-rclone/csi-rclone/test/harness"
+	"github.com/csi-rclone/csi-rclone/test/kubelet"
+	"github.com/csi-rclone/csi-rclone/test/s3server"
+)
+
+const (
+	driverName = "csi-rclone.e2e"
+	// The second key pair of the S3 server; it reaches the driver only
+	// encrypted, so its plaintext must appear nowhere on disk.
+	privateKeyID     = "e2e-private-key"
+	privateSecretKey = "e2e-private-secret-8c1f0d"
+	// recoveryBound is how long a container may wait for its data.
+	recoveryBound = 10 * time.Second
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "csi-rclone-e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "csi-rclone")
+	build := exec.Command("go", "build", "-o", binary, "github.com/csi-rclone/csi-rclone/cmd/csi-rclone")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building csi-rclone:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type env struct {
+	dir, socket, stateDir, cacheDir, tmpDir string
+	signingKey, secretAddr                  string
+	s3                                      *s3server.Server
+	secrets                                 *secretService
+	kubelet                                 *kubelet.Kubelet
+	driver                                  *driverProc
+	starts                                  int
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	if why := harness.Supported(); why != "" {
+		t.Skip(why)
+	}
+	for _, tool := range []string{"unshare", "nsenter", "mount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (util-linux)", tool)
+		}
+	}
+	dir := t.TempDir()
+	e := &env{
+		dir:      dir,
+		socket:   filepath.Join(dir, "plugin", "csi.sock"),
+		stateDir: filepath.Join(dir, "run"),
+		cacheDir: filepath.Join(dir, "cache"),
+		tmpDir:   filepath.Join(dir, "tmp"),
+	}
+	if err := os.MkdirAll(e.tmpDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The state dir is memory-backed on a node: a tmpfs here too.
+	if err := os.MkdirAll(e.stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", e.stateDir, "tmpfs", 0, "mode=0700,size=16m"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s3, err := s3server.Start(ctx, filepath.Join(dir, "s3"), harness.AccessKeyID, harness.SecretAccessKey, privateKeyID, privateSecretKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.s3 = s3
+	e.signingKey = filepath.Join(dir, "jwt-signing-key.pem")
+	e.secrets = newSecretService(t, ecKeyPEM(t, e.signingKey))
+	e.secretAddr = e.secrets.addr
+	e.kubelet = &kubelet.Kubelet{Root: filepath.Join(dir, "kubelet"), DriverName: driverName}
+	if err := e.kubelet.MakeRootShared(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(dir, "driver-*.log"))
+			for _, l := range logs {
+				data, _ := os.ReadFile(l)
+				t.Logf("==== %s\n%s", filepath.Base(l), data)
+			}
+		}
+		if e.driver != nil {
+			e.driver.kill9()
+		}
+		killWorkers()
+		_ = s3.Stop(ctx)
+		harness.UnmountAll(dir)
+		_ = unix.Unmount(e.stateDir, unix.MNT_DETACH)
+		_ = e.kubelet.ReleaseRoot()
+	})
+	for _, b := range []string{"shared", "private", "late"} {
+		if err := s3.MakeBucket(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(s3.Object(b, "seed.txt"), []byte("seed of "+b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+func rwx() *csi.VolumeCapability {
+	return harness.MountCapability(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)
+}
+
+func TestRecovery(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+
+	encrypted, err := envelope.Encrypt(&e.secrets.key.PublicKey, []byte(privateSecretKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := kubelet.Volume{PV: "pv-shared", Handle: "shared-vol", Capability: rwx(),
+		Secret: map[string]string{"remote": "s3", "remotePath": "shared", "configData": e.s3.RcloneConfig("s3")}}
+	private := kubelet.Volume{PV: "pv-private", Handle: "private-vol", Capability: rwx(),
+		Secret: map[string]string{
+			"remote": "s3", "remotePath": "private",
+			"configData":        s3server.RcloneConfig("s3", e.s3.Endpoint, privateKeyID, "<sensitive>"),
+			"secret_access_key": encrypted,
+		},
+		Context: map[string]string{"csi.storage.k8s.io/pvc/namespace": "alice", "csi.storage.k8s.io/pvc/name": "private-data"}}
+
+	e.startDriver(t)
+	for _, v := range []kubelet.Volume{shared, private} {
+		if err := e.kubelet.Stage(ctx, v); err != nil {
+			t.Fatalf("stage %s: %v", v.PV, err)
+		}
+	}
+	targets := map[string]string{}
+	for pod, v := range map[string]kubelet.Volume{"pod-a": shared, "pod-b": shared, "pod-c": private} {
+		target, err := e.kubelet.Publish(ctx, v, pod, false)
+		if err != nil {
+			t.Fatalf("publish %s to %s: %v", v.PV, pod, err)
+		}
+		targets[pod] = target
+	}
+	a := startContainer(t, e, "a", targets["pod-a"])
+	b := startContainer(t, e, "b", targets["pod-b"])
+	c := startContainer(t, e, "c", targets["pod-c"])
+	bucketOf := map[*container]string{a: "shared", b: "shared", c: "private"}
+	for ctr, bucket := range bucketOf {
+		if got, err := ctr.read("seed.txt"); err != nil || got != "seed of "+bucket {
+			t.Fatalf("container %s before any crash: %q %v", ctr.name, got, err)
+		}
+	}
+	checkProcessHygiene(t, e)
+	checkFileHygiene(t, e)
+
+	// worksAgain waits until every container reads its seed and writes a
+	// file, and reports how long each volume took.
+	worksAgain := func(t *testing.T, since time.Time, tag string, ctrs ...*container) {
+		t.Helper()
+		for _, ctr := range ctrs {
+			eventually(t, recoveryBound, "container "+ctr.name+" reads and writes again", func() error {
+				if got, err := ctr.read("seed.txt"); err != nil || got != "seed of "+bucketOf[ctr] {
+					return fmt.Errorf("read %q: %v", got, err)
+				}
+				return ctr.write(tag+"-"+ctr.name+".txt", "written by "+ctr.name)
+			})
+			t.Logf("recovery: container %s (bucket %s) reads and writes %s after the crash", ctr.name, bucketOf[ctr], time.Since(since).Round(time.Millisecond))
+		}
+		for _, ctr := range ctrs {
+			key := tag + "-" + ctr.name + ".txt"
+			eventually(t, 30*time.Second, key+" reaches the bucket", func() error {
+				got, err := os.ReadFile(e.s3.Object(bucketOf[ctr], key))
+				if err != nil || string(got) != "written by "+ctr.name {
+					return fmt.Errorf("%q %v", got, err)
+				}
+				return nil
+			})
+		}
+	}
+
+	t.Run("driver and all workers killed", func(t *testing.T) {
+		e.driver.kill9()
+		killWorkers()
+		eventually(t, 5*time.Second, "the mounts are dead", func() error {
+			if _, err := a.read("seed.txt"); err == nil {
+				return fmt.Errorf("container a still reads")
+			}
+			return nil
+		})
+		crash := time.Now()
+		e.startDriver(t)
+		t.Logf("recovery: driver ready %s after start", time.Since(e.driver.started).Round(time.Millisecond))
+		worksAgain(t, crash, "after-driver-restart", a, b, c)
+	})
+
+	t.Run("one worker killed", func(t *testing.T) {
+		killWorkers(shared.Handle)
+		crash := time.Now()
+		worksAgain(t, crash, "after-worker-kill", a, b)
+		if got, err := c.read("seed.txt"); err != nil || got != "seed of private" {
+			t.Fatalf("container c, on another volume: %q %v", got, err)
+		}
+	})
+
+	t.Run("a write not yet uploaded survives a crash", func(t *testing.T) {
+		if err := a.write("precious.txt", "not lost"); err != nil {
+			t.Fatal(err)
+		}
+		killWorkers(shared.Handle) // before the write-back delay has passed
+		if _, err := os.Stat(e.s3.Object("shared", "precious.txt")); err == nil {
+			t.Log("the file was uploaded before the kill; the test proves less")
+		}
+		eventually(t, 30*time.Second, "precious.txt reaches the bucket", func() error {
+			got, err := os.ReadFile(e.s3.Object("shared", "precious.txt"))
+			if err != nil || string(got) != "not lost" {
+				return fmt.Errorf("%q %v", got, err)
+			}
+			return nil
+		})
+		eventually(t, recoveryBound, "container b reads precious.txt", func() error {
+			got, err := b.read("precious.txt")
+			if err != nil || got != "not lost" {
+				return fmt.Errorf("%q %v", got, err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("driver restarted during NodeStageVolume", func(t *testing.T) {
+		g := newGate(t, strings.TrimPrefix(e.s3.Endpoint, "http://"))
+		late := kubelet.Volume{PV: "pv-late", Handle: "late-vol", Capability: rwx(),
+			Secret: map[string]string{"remote": "s3", "remotePath": "late", "configData": e.s3.RcloneConfig("s3")}}
+		late.Secret["configData"] = strings.Replace(late.Secret["configData"], e.s3.Endpoint, g.endpoint(), 1)
+		g.setBlocked(true)
+		errc := make(chan error, 1)
+		go func() { errc <- e.kubelet.Stage(ctx, late) }()
+		eventually(t, 10*time.Second, "the stage is in flight", func() error {
+			if len(workerPIDs()[late.Handle]) == 0 {
+				return fmt.Errorf("no worker for %s yet", late.Handle)
+			}
+			return nil
+		})
+		e.driver.kill9()
+		killWorkers()
+		if err := <-errc; err == nil {
+			t.Fatal("the interrupted stage succeeded")
+		}
+		e.startDriver(t)
+		g.setBlocked(false)
+		staging := e.kubelet.StagingPath(late)
+		if n := mountsAt(t, staging); n != 0 {
+			t.Fatalf("%d mounts at the staging path of the interrupted stage", n)
+		}
+		if len(workerPIDs()[late.Handle]) != 0 {
+			t.Fatal("a worker runs for the interrupted stage")
+		}
+		if n := records(t, e); n != 2 {
+			t.Fatalf("%d volume records, want 2 (the interrupted stage must leave none)", n)
+		}
+		if err := e.kubelet.Stage(ctx, late); err != nil {
+			t.Fatalf("retried stage: %v", err)
+		}
+		if err := e.kubelet.Unstage(ctx, late); err != nil {
+			t.Fatalf("unstage: %v", err)
+		}
+		worksAgain(t, time.Now(), "after-interrupted-stage", a, b, c)
+	})
+
+	t.Run("unpublishing one pod leaves the other working", func(t *testing.T) {
+		b.stop()
+		if err := e.kubelet.Unpublish(ctx, shared, "pod-b"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.write("after-unpublish-b.txt", "a still works"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := a.read("seed.txt"); err != nil || got != "seed of shared" {
+			t.Fatalf("container a: %q %v", got, err)
+		}
+	})
+
+	t.Run("unstage leaves nothing", func(t *testing.T) {
+		a.stop()
+		c.stop()
+		for pod, v := range map[string]kubelet.Volume{"pod-a": shared, "pod-c": private} {
+			if err := e.kubelet.Unpublish(ctx, v, pod); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, v := range []kubelet.Volume{shared, private} {
+			if err := e.kubelet.Unstage(ctx, v); err != nil {
+				t.Fatalf("unstage %s: %v", v.PV, err)
+			}
+		}
+		if got, err := os.ReadFile(e.s3.Object("shared", "after-unpublish-b.txt")); err != nil || string(got) != "a still works" {
+			t.Fatalf("last write: %q %v", got, err)
+		}
+		if n := mountsBelow(t, e.kubelet.Root); n != 0 {
+			t.Fatalf("%d mounts left below the kubelet root", n)
+		}
+		if w := workerPIDs(); len(w) != 0 {
+			t.Fatalf("workers left: %v", w)
+		}
+		if n := records(t, e); n != 0 {
+			t.Fatalf("%d records left", n)
+		}
+		if left, _ := os.ReadDir(e.cacheDir); len(left) != 0 {
+			t.Fatalf("cache dirs left: %v", left)
+		}
+	})
+
+	t.Run("no credential leaks", func(t *testing.T) {
+		checkFileHygiene(t, e)
+	})
+}
+
+func mountsAt(t *testing.T, path string) int {
+	t.Helper()
+	n := 0
+	for _, mp := range mountPoints(t) {
+		if mp == path {
+			n++
+		}
+	}
+	return n
+}
+
+func mountsBelow(t *testing.T, root string) int {
+	t.Helper()
+	n := 0
+	for _, mp := range mountPoints(t) {
+		if strings.HasPrefix(mp, root+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+func mountPoints(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+func records(t *testing.T, e *env) int {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(e.stateDir, "volumes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, en := range entries {
+		if strings.HasSuffix(en.Name(), ".json") {
+			n++
+		}
+	}
+	return n
+}
+
+// checkProcessHygiene: no credential on the command line or in the
+// environment of the driver or of any worker.
+func checkProcessHygiene(t *testing.T, e *env) {
+	t.Helper()
+	pids := []int{e.driver.cmd.Process.Pid}
+	for _, ps := range workerPIDs() {
+		pids = append(pids, ps...)
+	}
+	if len(pids) < 3 {
+		t.Fatalf("expected the driver and two workers, got pids %v", pids)
+	}
+	for _, pid := range pids {
+		for _, f := range []string{"cmdline", "environ"} {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, secret := range []string{harness.SecretAccessKey, privateSecretKey} {
+				if bytes.Contains(data, []byte(secret)) {
+					t.Errorf("/proc/%d/%s holds a credential", pid, f)
+				}
+			}
+		}
+	}
+}
+
+// checkFileHygiene: no credential in any driver log, nor in any file of the
+// cache or temp dirs. The state dir holds the one exception SECURITY.md
+// declares: a volume record keeps the stage secret as it arrived, so a
+// credential that arrived in clear is in its record (0600, on a tmpfs)
+// while the volume is staged; one that arrived encrypted stays encrypted.
+func checkFileHygiene(t *testing.T, e *env) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(e.dir, "driver-*.log"))
+	if len(logs) == 0 {
+		t.Fatal("no driver logs")
+	}
+	everywhere := []string{harness.SecretAccessKey, privateSecretKey}
+	scanned := 0
+	check := func(f string, secrets []string) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scanned++
+		for _, secret := range secrets {
+			if bytes.Contains(data, []byte(secret)) {
+				t.Errorf("%s holds a credential", f)
+			}
+		}
+	}
+	for _, l := range logs {
+		check(l, everywhere)
+	}
+	walk := func(dir string, secrets []string) {
+		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				check(p, secrets)
+				if fi, _ := d.Info(); dir == e.stateDir && fi.Mode().Perm()&0o077 != 0 {
+					t.Errorf("%s is readable by others: %v", p, fi.Mode())
+				}
+			}
+			return nil
+		})
+	}
+	walk(e.cacheDir, everywhere)
+	walk(e.tmpDir, everywhere)
+	walk(e.stateDir, []string{privateSecretKey})
+	t.Logf("scanned %d files (%d driver logs) for credentials", scanned, len(logs))
+}
