@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/csi-rclone
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build demo test lint unit fuzz proto clean
+.PHONY: all build demo test lint unit fuzz proto clean fuse-conf
 
 all: build
 
@@ -15,13 +15,22 @@ build:
 
 # The driver's main job end to end: S3 on loopback, the node plugin, a
 # kubelet stand-in that stages, publishes to two pods, writes, cleans up.
-demo: build
+demo: build fuse-conf
 	$(GO) run ./test/demo -binary $(BIN)
 
 # Everything CI runs: static checks, then unit, integration, csi-sanity and
 # end-to-end tests against real mounts.
-test: lint
+test: lint fuse-conf
 	$(GO) test -count=1 -timeout 30m ./...
+
+# Mount workers run as an unprivileged user (--worker-uid): they open
+# /dev/fuse (0666 on distributions with udev, not always in a VM) and may
+# mount with allow_other only where /etc/fuse.conf says user_allow_other.
+fuse-conf:
+	@grep -qx user_allow_other /etc/fuse.conf 2>/dev/null || { \
+		echo "adding user_allow_other to /etc/fuse.conf (unprivileged mount workers need it)"; \
+		echo user_allow_other >> /etc/fuse.conf; }
+	@[ "$$(stat -c %a /dev/fuse)" = 666 ] || { echo "chmod 0666 /dev/fuse (as udev sets it)"; chmod 0666 /dev/fuse; }
 
 lint:
 	@out=$$(gofmt -l cmd pkg secrets test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

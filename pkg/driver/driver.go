@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -138,10 +139,8 @@ func New(opts Options) (*Driver, error) {
 		d.controller = newControllerServer(d)
 	}
 	if opts.Mode.node() {
-		for _, dir := range []string{opts.StateDir, opts.CacheDir} {
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return nil, err
-			}
+		if err := prepareDirs(&opts); err != nil {
+			return nil, err
 		}
 		m, err := mounter.New(filepath.Join(opts.StateDir, "scratch"))
 		if err != nil {
@@ -225,4 +224,62 @@ func listen(endpoint string) (net.Listener, error) {
 		return nil, fmt.Errorf("removing stale socket: %w", err)
 	}
 	return net.Listen("unix", path)
+}
+
+// prepareDirs makes the node's directories. The state dir, its "mnt" and the
+// cache root are traversable (0711, not listable) so that a worker that does
+// not run as root reaches its own mount point and cache dir; records and
+// scratch stay 0700.
+func prepareDirs(o *Options) error {
+	mnt := filepath.Join(o.StateDir, "mnt")
+	for _, dir := range []string{mnt, o.CacheDir} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return err
+		}
+	}
+	for _, dir := range []string{o.StateDir, mnt, o.CacheDir} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return err
+		}
+	}
+	if o.Worker.UID == 0 {
+		return nil
+	}
+	// What an unprivileged worker needs, checked now rather than at the
+	// first mount.
+	if !fuseAllowsOther("/etc/fuse.conf") {
+		return fmt.Errorf("mount workers run as uid %d, which needs user_allow_other in /etc/fuse.conf (or --worker-uid=0)", o.Worker.UID)
+	}
+	if fi, err := os.Stat("/dev/fuse"); err != nil || fi.Mode().Perm()&0o006 != 0o006 {
+		return fmt.Errorf("mount workers run as uid %d, which needs /dev/fuse readable and writable by all (mode 0666, as distributions set it), or --worker-uid=0", o.Worker.UID)
+	}
+	for _, leaf := range []string{mnt, o.CacheDir} {
+		for dir := leaf; ; dir = filepath.Dir(dir) {
+			fi, err := os.Stat(dir)
+			if err != nil {
+				return err
+			}
+			if fi.Mode().Perm()&0o001 == 0 {
+				return fmt.Errorf("mount workers run as uid %d and cannot reach %s: make it traversable (chmod o+x) or use --worker-uid=0", o.Worker.UID, dir)
+			}
+			if dir == filepath.Dir(dir) {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// fuseAllowsOther reports whether fuse.conf lets users mount with allow_other.
+func fuseAllowsOther(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.TrimSpace(line) == "user_allow_other" {
+			return true
+		}
+	}
+	return false
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -30,6 +31,7 @@ import (
 type stagedVolume struct {
 	id          string
 	stagingPath string
+	mountDir    string // where the worker mounts; staging is a bind of it
 	cacheDir    string
 	readOnly    bool
 	fingerprint string // of the stage request, to tell a retry from a conflict
@@ -90,6 +92,7 @@ func (s *nodeServer) newStagedVolume(rec *state.Volume) *stagedVolume {
 	return &stagedVolume{
 		id:          rec.VolumeID,
 		stagingPath: rec.StagingPath,
+		mountDir:    filepath.Join(s.d.opts.StateDir, "mnt", dirName(rec.VolumeID)),
 		cacheDir:    filepath.Join(s.d.opts.CacheDir, dirName(rec.VolumeID)),
 		readOnly:    readOnlyAccess(csi.VolumeCapability_AccessMode_Mode(rec.AccessMode)),
 		fingerprint: fingerprint(rec),
@@ -251,18 +254,25 @@ func (s *nodeServer) stop(v *stagedVolume) {
 	if proc != nil {
 		proc.Kill()
 	}
-	_ = s.m.Unmount(v.stagingPath)
+	_ = s.unmountVolume(v)
 }
 
 // mount starts the worker for v and waits for a live mount, cleaning up on
 // failure.
 func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Volume) (err error) {
-	// A dead mount left by a worker that died stays in the way of a new one.
-	if err := s.m.Unmount(v.stagingPath); err != nil {
+	uid, gid := s.d.opts.Worker.UID, s.d.opts.Worker.GID
+	// Dead mounts left by a worker that died stay in the way of a new one.
+	if err := s.unmountVolume(v); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(v.stagingPath, 0o750); err != nil {
 		return fmt.Errorf("staging path: %w", err)
+	}
+	if err := os.MkdirAll(v.mountDir, 0o700); err != nil {
+		return fmt.Errorf("mount dir: %w", err)
+	}
+	if err := os.Lchown(v.mountDir, uid, gid); err != nil {
+		return fmt.Errorf("mount dir: %w", err)
 	}
 	newCache := false
 	if _, err := os.Stat(v.cacheDir); errors.Is(err, os.ErrNotExist) {
@@ -276,25 +286,51 @@ func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Vo
 			_ = os.RemoveAll(v.cacheDir)
 		}
 	}()
+	if err := chownTree(v.cacheDir, uid, gid); err != nil {
+		return fmt.Errorf("cache dir: %w", err)
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, s.d.opts.MountTimeout)
 	defer cancel()
 	proc, err := worker.Start(ctx, s.d.opts.Worker, worker.Spec{
-		VolumeID: v.id, MountPoint: v.stagingPath, CacheDir: v.cacheDir, Volume: *vol,
+		VolumeID: v.id, MountPoint: v.mountDir, CacheDir: v.cacheDir, Volume: *vol,
 	})
 	if err != nil {
-		_ = s.m.Unmount(v.stagingPath)
+		_ = s.unmountVolume(v)
 		return err
 	}
-	if err := s.m.WaitMounted(ctx, v.stagingPath); err != nil {
+	if err := s.m.WaitMounted(ctx, v.mountDir); err == nil {
+		err = s.m.Bind(v.mountDir, v.stagingPath, false)
+	}
+	if err != nil {
 		proc.Kill()
-		_ = s.m.Unmount(v.stagingPath)
+		_ = s.unmountVolume(v)
 		return fmt.Errorf("%w: %w", worker.ErrMount, err)
 	}
 	s.mu.Lock()
 	v.proc, v.health = proc, ""
 	s.mu.Unlock()
 	return nil
+}
+
+// unmountVolume removes the staging bind and the worker's own mount,
+// dead or alive, staging first: while a bind of it is left, unmounting the
+// FUSE mount would not end the session.
+func (s *nodeServer) unmountVolume(v *stagedVolume) error {
+	if err := s.m.Unmount(v.stagingPath); err != nil {
+		return err
+	}
+	return s.m.Unmount(v.mountDir)
+}
+
+// chownTree gives a worker that does not run as root its cache dir.
+func chownTree(root string, uid, gid int) error {
+	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
 }
 
 // applyOptions lays the driver's defaults under the tenant's options and the
@@ -316,8 +352,12 @@ func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup
 		}
 		vfs["gid"] = mountGroup
 	}
-	mnt := map[string]string{"allow_other": "true"} // pods run as other users
-	maps.Copy(mnt, vol.MountOpt)
+	mnt := maps.Clone(vol.MountOpt)
+	if mnt == nil {
+		mnt = map[string]string{}
+	}
+	// Pods, and the driver itself, are other users than the worker.
+	mnt["allow_other"] = "true"
 	vol.VFSOpt, vol.MountOpt = vfs, mnt
 	return nil
 }
@@ -343,13 +383,22 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		proc := v.proc
 		s.mu.Unlock()
 		if proc != nil {
-			if err := proc.Stop(ctx, s.d.opts.DrainTimeout); err != nil {
+			if err := proc.Drain(ctx, s.d.opts.DrainTimeout); err != nil && !errors.Is(err, worker.ErrMount) {
 				s.mu.Lock()
 				v.stopping = false
 				s.mu.Unlock()
 				// The mount stays up with the files that are not uploaded yet.
 				return nil, statusFor(err, "unstaging volume")
 			}
+		}
+		if err := s.unmountVolume(v); err != nil {
+			return nil, status.Errorf(codes.Internal, "unmounting: %v", err)
+		}
+		if proc != nil {
+			proc.Wait(10 * time.Second) // the FUSE session has ended: it exits
+		}
+		if err := os.Remove(v.mountDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			klog.ErrorS(err, "removing mount dir", "volumeID", id)
 		}
 		if err := os.RemoveAll(v.cacheDir); err != nil {
 			klog.ErrorS(err, "removing cache dir", "volumeID", id)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +19,10 @@ import (
 type Options struct {
 	// Binary is the csi-rclone executable; empty means this process's own.
 	Binary string
+	// UID and GID the worker runs as; non-zero drops root. It then mounts
+	// through the setuid fusermount3, which needs user_allow_other in
+	// /etc/fuse.conf, and owns its mount point and cache dir.
+	UID, GID int
 }
 
 // Process is a running worker.
@@ -45,9 +48,12 @@ func Start(ctx context.Context, opts Options, spec Spec) (*Process, error) {
 	}
 	cmd := exec.Command(bin, Arg, "--volume-id", spec.VolumeID)
 	// No credential in the environment: the worker gets only what it needs
-	// to find fusermount3.
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	// to find fusermount3, and a home of its own.
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + spec.CacheDir}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if opts.UID != 0 || opts.GID != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(opts.UID), Gid: uint32(opts.GID), Groups: []uint32{}}
+	}
 
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -140,33 +146,31 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Done is closed when the worker has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Stop asks the worker to wait up to drain for pending uploads, unmount and
-// exit. If uploads are still pending it returns ErrUploadsPending and the
-// worker keeps running, with the mount intact: no data is dropped.
-func (p *Process) Stop(ctx context.Context, drain time.Duration) error {
+// Drain waits up to d until the worker has uploaded every file written. If
+// uploads are still pending it returns ErrUploadsPending and the mount stays
+// as it is: no data is dropped. After a drain the caller unmounts, and the
+// worker exits (see Wait).
+func (p *Process) Drain(ctx context.Context, d time.Duration) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
 	case <-p.done:
-		return nil
+		return fmt.Errorf("%w: the worker is gone", ErrMount)
 	default:
 	}
-	secs := int((drain + time.Second - 1) / time.Second)
-	if err := json.NewEncoder(p.stdin).Encode(command{Op: "stop", DrainSeconds: secs}); err != nil {
-		<-p.done
-		return nil // it exited meanwhile
+	secs := int((d + time.Second - 1) / time.Second)
+	if err := json.NewEncoder(p.stdin).Encode(command{Op: "drain", DrainSeconds: secs}); err != nil {
+		return fmt.Errorf("%w: the worker is gone", ErrMount)
 	}
 	select {
 	case ev, ok := <-p.events:
 		switch {
 		case !ok:
-			<-p.done
-			return nil
-		case ev.Type == "stopped":
-			<-p.done
+			return fmt.Errorf("%w: the worker is gone", ErrMount)
+		case ev.Type == "drained":
 			return nil
 		case ev.Type == "pending":
-			return fmt.Errorf("%w: %d file(s) not yet uploaded after %s", ErrUploadsPending, ev.Pending, drain)
+			return fmt.Errorf("%w: %d file(s) not yet uploaded after %s", ErrUploadsPending, ev.Pending, d)
 		default:
 			return errorFromEvent(ev)
 		}
@@ -175,15 +179,19 @@ func (p *Process) Stop(ctx context.Context, drain time.Duration) error {
 	}
 }
 
+// Wait waits up to d for the worker to exit, then kills it.
+func (p *Process) Wait(d time.Duration) {
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		p.Kill()
+	}
+	_ = p.stdin.Close()
+}
+
 // Kill ends the worker at once and waits for it.
 func (p *Process) Kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.done
 	_ = p.stdin.Close()
-}
-
-// IsMountError reports whether err came from a worker.
-func IsMountError(err error) bool {
-	var me *MountError
-	return errors.As(err, &me)
 }

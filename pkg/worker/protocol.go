@@ -4,9 +4,11 @@
 // The parent hands the worker its Spec, credentials included, as the first
 // JSON line on the worker's stdin; nothing secret is ever on the command line,
 // in the environment or in a file. The worker answers with events on file
-// descriptor 3. Later lines on stdin are commands (stop). When stdin reaches
-// EOF the parent is gone, and the worker exits at once: the mount goes dead
-// and the driver, when it comes back, mounts the volume again.
+// descriptor 3. Later lines on stdin are commands: "drain" waits for pending
+// uploads; the parent then unmounts, and the worker exits when the kernel
+// ends the FUSE session. When stdin reaches EOF the parent is gone, and the
+// worker exits at once: the mount goes dead and the driver, when it comes
+// back, mounts the volume again.
 package worker
 
 import (
@@ -36,13 +38,13 @@ func (s Spec) String() string {
 
 // command is a parent → worker line after the Spec.
 type command struct {
-	Op           string `json:"op"` // "stop"
+	Op           string `json:"op"` // "drain"
 	DrainSeconds int    `json:"drainSeconds,omitempty"`
 }
 
 // event is a worker → parent line.
 type event struct {
-	Type    string `json:"type"` // "ready", "error", "pending", "stopped"
+	Type    string `json:"type"` // "ready", "error", "pending", "drained"
 	Kind    string `json:"kind,omitempty"`
 	Message string `json:"message,omitempty"`
 	Pending int    `json:"pending,omitempty"`

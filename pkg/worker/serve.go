@@ -68,10 +68,14 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		}
 	}()
 
+	drained := false
 	for {
 		select {
 		case err := <-mnt.ErrChan:
 			mnt.VFS.Shutdown()
+			if drained {
+				return nil // the driver unmounted it after a drain: done
+			}
 			return fmt.Errorf("mount ended: %v", err)
 		case c, ok := <-cmds:
 			if !ok {
@@ -79,19 +83,15 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 				// stay in the volume's cache dir and go up after recovery.
 				return errors.New("parent gone")
 			}
-			if c.Op != "stop" {
+			if c.Op != "drain" {
 				continue
 			}
 			if pending := drain(mnt, time.Duration(c.DrainSeconds)*time.Second); pending > 0 {
 				send(event{Type: "pending", Pending: pending})
 				continue
 			}
-			if err := mnt.Unmount(); err != nil {
-				send(event{Type: "error", Kind: "mount", Message: fmt.Sprintf("unmount: %v", err)})
-				continue
-			}
-			send(event{Type: "stopped"})
-			return nil
+			drained = true
+			send(event{Type: "drained"})
 		}
 	}
 }

@@ -58,6 +58,10 @@ func run(binary string, keep bool) (err error) {
 	if err != nil {
 		return err
 	}
+	// The mount workers run unprivileged and must reach their mount points.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return err
+	}
 	defer func() {
 		if keep {
 			info("work dir kept: %s", dir)

@@ -42,6 +42,10 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// The mount workers run this binary unprivileged: it must be reachable.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		panic(err)
+	}
 	binary = filepath.Join(dir, "csi-rclone")
 	build := exec.Command("go", "build", "-o", binary, "github.com/csi-rclone/csi-rclone/cmd/csi-rclone")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
@@ -75,6 +79,9 @@ func newEnv(t *testing.T) *env {
 		}
 	}
 	dir := t.TempDir()
+	if err := harness.Traversable(dir); err != nil {
+		t.Fatal(err)
+	}
 	e := &env{
 		dir:      dir,
 		socket:   filepath.Join(dir, "plugin", "csi.sock"),
@@ -89,7 +96,7 @@ func newEnv(t *testing.T) *env {
 	if err := os.MkdirAll(e.stateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("tmpfs", e.stateDir, "tmpfs", 0, "mode=0700,size=16m"); err != nil {
+	if err := unix.Mount("tmpfs", e.stateDir, "tmpfs", 0, "mode=0711,size=16m"); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -401,6 +408,16 @@ func checkProcessHygiene(t *testing.T, e *env) {
 	pids := []int{e.driver.cmd.Process.Pid}
 	for _, ps := range workerPIDs() {
 		pids = append(pids, ps...)
+		for _, pid := range ps {
+			// The workers run the tenant's rclone config: never as root.
+			st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(st), "\nUid:\t65534\t65534\t65534\t65534\n") {
+				t.Errorf("worker %d does not run as uid 65534", pid)
+			}
+		}
 	}
 	if len(pids) < 3 {
 		t.Fatalf("expected the driver and two workers, got pids %v", pids)
@@ -450,6 +467,9 @@ func checkFileHygiene(t *testing.T, e *env) {
 	}
 	walk := func(dir string, secrets []string) {
 		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() && p == filepath.Join(e.stateDir, "mnt") {
+				return fs.SkipDir // the mounted volumes themselves
+			}
 			if err == nil && d.Type().IsRegular() {
 				check(p, secrets)
 				if fi, _ := d.Info(); dir == e.stateDir && fi.Mode().Perm()&0o077 != 0 {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,6 +21,7 @@ import (
 	mount "k8s.io/mount-utils"
 
 	"github.com/csi-rclone/csi-rclone/pkg/driver"
+	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/test/s3server"
 )
 
@@ -61,9 +63,67 @@ func Supported() string {
 	return "needs fusermount3 (Debian package fuse3)"
 }
 
+// WorkerUID is the unprivileged user the mount workers run as, as in
+// production.
+const WorkerUID = 65534
+
+// Traversable creates dir and lets the unprivileged worker reach it: it
+// adds o+x to dir and to each of its ancestors below the temp dir that
+// lacks it (t.TempDir makes them 0700).
+func Traversable(dir string) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	top := filepath.Clean(os.TempDir())
+	for d := filepath.Clean(dir); strings.HasPrefix(d, top+"/"); d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WorkerBinary puts this (test) binary where the unprivileged worker can
+// run it, in dir: a hard link, or a copy across filesystems.
+func WorkerBinary(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "csi-rclone-worker")
+	if err := os.Link(self, dst); err == nil {
+		return dst, os.Chmod(dst, 0o755)
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return "", err
+	}
+	return dst, out.Close()
+}
+
 // Start starts an S3 server and the driver (node and controller) under dir.
 // tweak, if not nil, may change the driver options.
 func Start(ctx context.Context, dir string, tweak func(*driver.Options)) (*Env, error) {
+	if err := Traversable(dir); err != nil {
+		return nil, err
+	}
+	bin, err := WorkerBinary(dir)
+	if err != nil {
+		return nil, err
+	}
 	s3, err := s3server.Start(ctx, filepath.Join(dir, "s3"), AccessKeyID, SecretAccessKey)
 	if err != nil {
 		return nil, err
@@ -82,6 +142,7 @@ func Start(ctx context.Context, dir string, tweak func(*driver.Options)) (*Env, 
 		DrainTimeout: 30 * time.Second,
 		DefaultUID:   1000,
 		DefaultGID:   1000,
+		Worker:       worker.Options{Binary: bin, UID: WorkerUID, GID: WorkerUID},
 	}
 	if tweak != nil {
 		tweak(&opts)
