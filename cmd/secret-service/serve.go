@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -47,6 +48,7 @@ func (l *listFlag) Set(v string) error {
 type serveFlags struct {
 	privateKey, grpcAddr, httpAddr, tlsCert, tlsKey string
 	jwtKeys                                         listFlag
+	previousKeys                                    listFlag
 	jwksURL, jwksCA, issuer, audience               string
 	tokenReview                                     bool
 	tokenReviewAudiences                            listFlag
@@ -59,6 +61,7 @@ func serve(args []string) error {
 	klog.InitFlags(fl)
 	var f serveFlags
 	fl.StringVar(&f.privateKey, "private-key", "", "the service's RSA private key (PEM); required")
+	fl.Var(&f.previousKeys, "previous-private-key", "RSA private keys (PEM) of before a rotation, still accepted for decryption (repeatable, comma list)")
 	fl.StringVar(&f.grpcAddr, "grpc-listen", ":8443", "gRPC address; empty: no gRPC")
 	fl.StringVar(&f.httpAddr, "http-listen", ":8080", "HTTP/JSON address; empty: no HTTP")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate (PEM) for both transports; read again when it changes")
@@ -92,6 +95,14 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	var previous []*rsa.PrivateKey
+	for _, path := range f.previousKeys {
+		k, err := envelope.ReadPrivateKey(path)
+		if err != nil {
+			return err
+		}
+		previous = append(previous, k)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	verifier, err := f.verifier(ctx)
@@ -99,7 +110,7 @@ func serve(args []string) error {
 		return err
 	}
 	srv := secretservice.New(secretservice.Options{
-		PrivateKey: priv, Verifier: verifier, AllowedNamespaces: f.namespaces, AllowedSubjects: f.subjects,
+		PrivateKey: priv, PreviousKeys: previous, Verifier: verifier, AllowedNamespaces: f.namespaces, AllowedSubjects: f.subjects,
 	})
 
 	var tlsConf *tls.Config

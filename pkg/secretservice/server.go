@@ -32,6 +32,9 @@ const maxBody = 1 << 20
 type Options struct {
 	// PrivateKey opens the envelopes.
 	PrivateKey *rsa.PrivateKey
+	// PreviousKeys open envelopes sealed before a key rotation, until every
+	// Secret (and every staged volume's record) holds values sealed anew.
+	PreviousKeys []*rsa.PrivateKey
 	// Verifier authenticates callers.
 	Verifier Verifier
 	// AllowedNamespaces restricts the PVC namespaces a caller may decrypt
@@ -108,7 +111,7 @@ func (s *Server) decrypt(ctx context.Context, transport, authHeader string, req 
 	var bad []string
 	for id, ct := range req.GetCiphertexts() {
 		// Tolerate the full field value too: the prefix is not secret.
-		pt, err := envelope.Decrypt(s.o.PrivateKey, strings.TrimPrefix(ct, envelope.Prefix))
+		pt, err := s.open(strings.TrimPrefix(ct, envelope.Prefix))
 		// A proto3 string must be UTF-8; a binary value could not be sent back.
 		if err != nil || !utf8.Valid(pt) {
 			bad = append(bad, id)
@@ -197,4 +200,16 @@ func writeError(w http.ResponseWriter, httpStatus int, code codes.Code, msg stri
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}{code.String(), msg})
+}
+
+// open tries the current key, then the previous ones.
+func (s *Server) open(opaque string) ([]byte, error) {
+	pt, err := envelope.Decrypt(s.o.PrivateKey, opaque)
+	for _, k := range s.o.PreviousKeys {
+		if err == nil {
+			break
+		}
+		pt, err = envelope.Decrypt(k, opaque)
+	}
+	return pt, err
 }

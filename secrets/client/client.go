@@ -47,6 +47,9 @@ type Options struct {
 	Backoff time.Duration
 }
 
+// maxBackoff caps the wait between attempts.
+const maxBackoff = 5 * time.Second
+
 // transport makes one Decrypt call and answers gRPC status errors.
 type transport interface {
 	decrypt(ctx context.Context, token string, req *pb.DecryptRequest) (*pb.DecryptResponse, error)
@@ -142,7 +145,7 @@ func (c *Client) Decrypt(ctx context.Context, req secrets.DecryptRequest) (map[s
 			return nil, fmt.Errorf("%w: %v", secrets.ErrUnavailable, ctx.Err())
 		case <-time.After(wait):
 		}
-		wait *= 2
+		wait = min(2*wait, maxBackoff)
 	}
 	return nil, classify(err)
 }
@@ -150,7 +153,8 @@ func (c *Client) Decrypt(ctx context.Context, req secrets.DecryptRequest) (map[s
 func (c *Client) once(ctx context.Context, req *pb.DecryptRequest) (*pb.DecryptResponse, error) {
 	token, err := c.opts.Token.Token(ctx)
 	if err != nil {
-		return nil, status.Errorf(codes.Unauthenticated, "getting a token: %v", err)
+		// The projected token may not be written yet: a retry may help.
+		return nil, status.Errorf(codes.Unavailable, "getting a token: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
 	defer cancel()

@@ -1,0 +1,343 @@
+package driver_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fernet/fernet-go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/csi-rclone/csi-rclone/pkg/driver"
+	"github.com/csi-rclone/csi-rclone/pkg/envelope"
+	"github.com/csi-rclone/csi-rclone/pkg/secretservice"
+	"github.com/csi-rclone/csi-rclone/secrets"
+	"github.com/csi-rclone/csi-rclone/secrets/client"
+	"github.com/csi-rclone/csi-rclone/test/harness"
+)
+
+const (
+	ssIssuer   = "csi-rclone-node"
+	ssAudience = "csi-rclone-secret-service"
+	ssSubject  = "system:serviceaccount:kube-system:csi-rclone-node"
+	ssNS       = "team-a"
+)
+
+// secretService is the reference service on a loopback port that it keeps
+// across a stop and a start.
+type secretService struct {
+	srv  *secretservice.Server
+	addr string
+	g    *grpc.Server
+}
+
+func (s *secretService) start(t *testing.T) {
+	t.Helper()
+	lis, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.addr = lis.Addr().String()
+	s.g = grpc.NewServer()
+	s.srv.Register(s.g)
+	go func() { _ = s.g.Serve(lis) }()
+}
+
+func (s *secretService) stop() {
+	if s.g != nil {
+		s.g.Stop()
+		s.g = nil
+	}
+}
+
+// startSecretServiceEnv starts the secret service (envelope key pub, JWT
+// signed by a key of the driver's, namespace ssNS only) and the driver with
+// a client of it.
+func startSecretServiceEnv(t *testing.T) (*harness.Env, *secretService, *rsa.PublicKey) {
+	t.Helper()
+	if why := harness.Supported(); why != "" {
+		t.Skip(why)
+	}
+	serviceKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(signKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "token-key.pem")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := secretservice.NewJWTVerifier(t.Context(), secretservice.JWTOptions{
+		PublicKeys: []crypto.PublicKey{&signKey.PublicKey}, Issuer: ssIssuer, Audience: ssAudience,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := &secretService{addr: "127.0.0.1:0", srv: secretservice.New(secretservice.Options{
+		PrivateKey: serviceKey, Verifier: verifier,
+		AllowedNamespaces: []string{ssNS}, AllowedSubjects: []string{ssSubject},
+	})}
+	ss.start(t)
+	t.Cleanup(ss.stop)
+
+	tok, err := client.NewSignedToken(keyFile, ssIssuer, ssSubject, ssAudience, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(client.Options{
+		Endpoint: "grpc://" + ss.addr, Token: tok,
+		Timeout: 5 * time.Second, Attempts: 2, Backoff: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+
+	e, err := harness.Start(context.Background(), t.TempDir(), func(o *driver.Options) { o.Decrypter = c })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e, ss, &serviceKey.PublicKey
+}
+
+func encryptFor(t *testing.T, pub *rsa.PublicKey, plaintext string) string {
+	t.Helper()
+	ct, err := envelope.Encrypt(pub, []byte(plaintext))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ct
+}
+
+// withOption replaces the value of an option in the harness's config.
+func withOption(t *testing.T, configData, key, value string) string {
+	t.Helper()
+	lines := strings.Split(configData, "\n")
+	found := false
+	for i, line := range lines {
+		if k, _, ok := strings.Cut(line, " = "); ok && k == key {
+			lines[i] = key + " = " + value
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("config has no %s:\n%s", key, configData)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// writeThrough stages v, writes a file through a published target, and
+// unstages: the file must then be an object in the bucket.
+func writeThrough(t *testing.T, v *vol, bucket string) {
+	t.Helper()
+	v.mustStage()
+	target := v.mustPublish("pod", false)
+	content := "written through " + v.id
+	if err := os.WriteFile(filepath.Join(target, "f.txt"), []byte(content), 0o644); err != nil {
+		t.Fatalf("write through the target: %v", err)
+	}
+	if err := v.unpublish(target); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.unstage(); err != nil {
+		t.Fatalf("unstage: %v", err)
+	}
+	got, err := os.ReadFile(v.e.S3.Object(bucket, "f.txt"))
+	if err != nil || string(got) != content {
+		t.Fatalf("object in the bucket: %q, %v", got, err)
+	}
+	if mounted(t, v.staging) || workers(t, v.id) != 0 {
+		t.Fatal("mount or worker left after unstage")
+	}
+}
+
+// failsCleanly stages v, wants code, and checks that nothing is left and
+// that the message quotes no credential.
+func failsCleanly(t *testing.T, v *vol, code codes.Code, secretValues ...string) {
+	t.Helper()
+	err := v.stage()
+	wantCode(t, err, code)
+	t.Logf("stage: %v", err)
+	for _, s := range append(secretValues, harness.SecretAccessKey) {
+		if strings.Contains(err.Error(), s) {
+			t.Errorf("error quotes a credential or ciphertext: %v", err)
+		}
+	}
+	if mounted(t, v.staging) {
+		t.Error("staging path mounted after a failed stage")
+	}
+	if n := workers(t, v.id); n != 0 {
+		t.Errorf("%d workers left", n)
+	}
+	if left, _ := os.ReadDir(filepath.Join(v.e.Dir, "cache")); len(left) != 0 {
+		t.Errorf("cache dirs left: %v", left)
+	}
+}
+
+func TestSecretServiceStage(t *testing.T) {
+	e, ss, pub := startSecretServiceEnv(t)
+	pvc := map[string]string{secrets.KeyPVCNamespace: ssNS, secrets.KeyPVCName: "data"}
+	// All buckets first: the S3 server caches its listing of buckets.
+	for _, b := range []string{"enc-config", "enc-override", "enc-fail"} {
+		if err := e.S3.MakeBucket(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("encrypted configData", func(t *testing.T) {
+		v := newVol(t, e, "vol-ss-config", "enc-config")
+		cfg := withOption(t, v.secret["configData"], "secret_access_key", encryptFor(t, pub, harness.SecretAccessKey))
+		// Two encrypted values, decrypted in one call.
+		v.secret["configData"] = withOption(t, cfg, "access_key_id", encryptFor(t, pub, harness.AccessKeyID))
+		v.context = pvc
+		writeThrough(t, v, "enc-config")
+	})
+
+	t.Run("Renku override", func(t *testing.T) {
+		v := newVol(t, e, "vol-ss-override", "enc-override")
+		v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", secrets.Placeholder)
+		v.secret["secret_access_key"] = encryptFor(t, pub, harness.SecretAccessKey)
+		v.context = pvc
+		writeThrough(t, v, "enc-override")
+	})
+
+	good := encryptFor(t, pub, harness.SecretAccessKey)
+	otherKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		ct      string
+		context map[string]string
+		code    codes.Code
+	}{
+		{"namespace not allowed", good, map[string]string{secrets.KeyPVCNamespace: "team-z", secrets.KeyPVCName: "data"}, codes.PermissionDenied},
+		{"no namespace", good, nil, codes.PermissionDenied},
+		{"tampered ciphertext", tamperEnvelope(good), pvc, codes.InvalidArgument},
+		{"ciphertext for another service", encryptFor(t, &otherKey.PublicKey, harness.SecretAccessKey), pvc, codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newVol(t, e, "vol-ss-"+strings.ReplaceAll(tc.name, " ", "-"), "enc-fail")
+			v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", secrets.Placeholder)
+			v.secret["secret_access_key"] = tc.ct
+			v.context = tc.context
+			failsCleanly(t, v, tc.code, tc.ct, strings.TrimPrefix(tc.ct, envelope.Prefix))
+		})
+	}
+
+	t.Run("service down, then back", func(t *testing.T) {
+		v := newVol(t, e, "vol-ss-down", "enc-fail")
+		v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", good)
+		v.context = pvc
+		ss.stop()
+		failsCleanly(t, v, codes.Unavailable, good, strings.TrimPrefix(good, envelope.Prefix))
+
+		// The kubelet retries the stage; once the service is back it works.
+		ss.start(t)
+		eventuallyWithin(t, 30*time.Second, "stage after the secret service came back", v.stage)
+		t.Cleanup(func() { v.unstage() })
+		if !mounted(t, v.staging) || workers(t, v.id) != 1 {
+			t.Fatal("volume not mounted after the stage succeeded")
+		}
+		if err := v.unstage(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// tamperEnvelope changes one character inside the Fernet token of an
+// envelope.
+func tamperEnvelope(ct string) string {
+	i := strings.Index(ct, ".") + 20
+	c := byte('A')
+	if ct[i] == 'A' {
+		c = 'B'
+	}
+	return ct[:i] + string(c) + ct[i+1:]
+}
+
+// TestLegacyRenkuFernet: Renku's secrets without any secret service: a
+// Fernet key in secretKey and Fernet-encrypted overrides.
+func TestLegacyRenkuFernet(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("legacy"); err != nil {
+		t.Fatal(err)
+	}
+	var key fernet.Key
+	if err := key.Generate(); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := fernet.EncryptAndSign([]byte(harness.SecretAccessKey), &key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := func(id string) *vol {
+		v := newVol(t, e, id, "legacy")
+		v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", secrets.Placeholder)
+		v.secret[secrets.KeySecretKey] = key.Encode()
+		v.secret["secret_access_key"] = string(tok)
+		return v
+	}
+
+	t.Run("stages and mounts", func(t *testing.T) {
+		writeThrough(t, legacy("vol-legacy"), "legacy")
+	})
+
+	t.Run("wrong Fernet key", func(t *testing.T) {
+		v := legacy("vol-legacy-wrong-key")
+		var other fernet.Key
+		if err := other.Generate(); err != nil {
+			t.Fatal(err)
+		}
+		v.secret[secrets.KeySecretKey] = other.Encode()
+		failsCleanly(t, v, codes.InvalidArgument, string(tok), key.Encode(), other.Encode())
+	})
+
+	t.Run("placeholder without an override", func(t *testing.T) {
+		v := legacy("vol-legacy-no-override")
+		delete(v.secret, "secret_access_key")
+		failsCleanly(t, v, codes.InvalidArgument, key.Encode())
+	})
+}
+
+// TestEncryptedWithoutSecretService: an envelope needs a secret service; a
+// driver without one refuses the volume as invalid.
+func TestEncryptedWithoutSecretService(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("noservice"); err != nil {
+		t.Fatal(err)
+	}
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := encryptFor(t, &k.PublicKey, harness.SecretAccessKey)
+	v := newVol(t, e, "vol-enc-no-service", "noservice")
+	v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", ct)
+	failsCleanly(t, v, codes.InvalidArgument, ct)
+	if msg := status.Convert(v.stage()).Message(); !strings.Contains(msg, "secret service") {
+		t.Errorf("message does not say why: %q", msg)
+	}
+}
