@@ -247,6 +247,12 @@ func (s *nodeServer) start(ctx context.Context, v *stagedVolume) error {
 
 // stop kills a worker and removes its mount, for a stage that failed late.
 func (s *nodeServer) stop(v *stagedVolume) {
+	s.kill(v)
+	_ = s.unmountVolume(v)
+}
+
+// kill ends v's worker at once, and keeps it from being started again.
+func (s *nodeServer) kill(v *stagedVolume) {
 	s.mu.Lock()
 	v.stopping = true
 	proc := v.proc
@@ -254,7 +260,6 @@ func (s *nodeServer) stop(v *stagedVolume) {
 	if proc != nil {
 		proc.Kill()
 	}
-	_ = s.unmountVolume(v)
 }
 
 // mount starts the worker for v and waits for a live mount, cleaning up on
@@ -614,13 +619,7 @@ func (s *nodeServer) killAll() {
 	vols := slices.Collect(maps.Values(s.volumes))
 	s.mu.Unlock()
 	for _, v := range vols {
-		s.mu.Lock()
-		v.stopping = true
-		proc := v.proc
-		s.mu.Unlock()
-		if proc != nil {
-			proc.Kill()
-		}
+		s.kill(v)
 	}
 }
 

@@ -9,15 +9,15 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/csi-rclone/csi-rclone/test/testpki"
+
 	"github.com/fernet/fernet-go"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -36,37 +36,10 @@ const (
 	ssNS       = "team-a"
 )
 
-// secretService is the reference service on a loopback port that it keeps
-// across a stop and a start.
-type secretService struct {
-	srv  *secretservice.Server
-	addr string
-	g    *grpc.Server
-}
-
-func (s *secretService) start(t *testing.T) {
-	t.Helper()
-	lis, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.addr = lis.Addr().String()
-	s.g = grpc.NewServer()
-	s.srv.Register(s.g)
-	go func() { _ = s.g.Serve(lis) }()
-}
-
-func (s *secretService) stop() {
-	if s.g != nil {
-		s.g.Stop()
-		s.g = nil
-	}
-}
-
 // startSecretServiceEnv starts the secret service (envelope key pub, JWT
 // signed by a key of the driver's, namespace ssNS only) and the driver with
 // a client of it.
-func startSecretServiceEnv(t *testing.T) (*harness.Env, *secretService, *rsa.PublicKey) {
+func startSecretServiceEnv(t *testing.T) (*harness.Env, *harness.SecretService, *rsa.PublicKey) {
 	t.Helper()
 	if why := harness.Supported(); why != "" {
 		t.Skip(why)
@@ -93,19 +66,21 @@ func startSecretServiceEnv(t *testing.T) (*harness.Env, *secretService, *rsa.Pub
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := &secretService{addr: "127.0.0.1:0", srv: secretservice.New(secretservice.Options{
+	ss, err := harness.StartSecretService(secretservice.New(secretservice.Options{
 		PrivateKey: serviceKey, Verifier: verifier,
 		AllowedNamespaces: []string{ssNS}, AllowedSubjects: []string{ssSubject},
-	})}
-	ss.start(t)
-	t.Cleanup(ss.stop)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ss.Stop)
 
 	tok, err := client.NewSignedToken(keyFile, ssIssuer, ssSubject, ssAudience, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := client.New(client.Options{
-		Endpoint: "grpc://" + ss.addr, Token: tok,
+		Endpoint: "grpc://" + ss.Addr, Token: tok,
 		Timeout: 5 * time.Second, Attempts: 2, Backoff: 20 * time.Millisecond,
 	})
 	if err != nil {
@@ -119,15 +94,6 @@ func startSecretServiceEnv(t *testing.T) (*harness.Env, *secretService, *rsa.Pub
 	}
 	t.Cleanup(e.Close)
 	return e, ss, &serviceKey.PublicKey
-}
-
-func encryptFor(t *testing.T, pub *rsa.PublicKey, plaintext string) string {
-	t.Helper()
-	ct, err := envelope.Encrypt(pub, []byte(plaintext))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ct
 }
 
 // withOption replaces the value of an option in the harness's config.
@@ -207,9 +173,9 @@ func TestSecretServiceStage(t *testing.T) {
 
 	t.Run("encrypted configData", func(t *testing.T) {
 		v := newVol(t, e, "vol-ss-config", "enc-config")
-		cfg := withOption(t, v.secret["configData"], "secret_access_key", encryptFor(t, pub, harness.SecretAccessKey))
+		cfg := withOption(t, v.secret["configData"], "secret_access_key", testpki.Encrypt(t, pub, harness.SecretAccessKey))
 		// Two encrypted values, decrypted in one call.
-		v.secret["configData"] = withOption(t, cfg, "access_key_id", encryptFor(t, pub, harness.AccessKeyID))
+		v.secret["configData"] = withOption(t, cfg, "access_key_id", testpki.Encrypt(t, pub, harness.AccessKeyID))
 		v.context = pvc
 		writeThrough(t, v, "enc-config")
 	})
@@ -217,12 +183,12 @@ func TestSecretServiceStage(t *testing.T) {
 	t.Run("Renku override", func(t *testing.T) {
 		v := newVol(t, e, "vol-ss-override", "enc-override")
 		v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", secrets.Placeholder)
-		v.secret["secret_access_key"] = encryptFor(t, pub, harness.SecretAccessKey)
+		v.secret["secret_access_key"] = testpki.Encrypt(t, pub, harness.SecretAccessKey)
 		v.context = pvc
 		writeThrough(t, v, "enc-override")
 	})
 
-	good := encryptFor(t, pub, harness.SecretAccessKey)
+	good := testpki.Encrypt(t, pub, harness.SecretAccessKey)
 	otherKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +202,7 @@ func TestSecretServiceStage(t *testing.T) {
 		{"namespace not allowed", good, map[string]string{secrets.KeyPVCNamespace: "team-z", secrets.KeyPVCName: "data"}, codes.PermissionDenied},
 		{"no namespace", good, nil, codes.PermissionDenied},
 		{"tampered ciphertext", tamperEnvelope(good), pvc, codes.InvalidArgument},
-		{"ciphertext for another service", encryptFor(t, &otherKey.PublicKey, harness.SecretAccessKey), pvc, codes.InvalidArgument},
+		{"ciphertext for another service", testpki.Encrypt(t, &otherKey.PublicKey, harness.SecretAccessKey), pvc, codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newVol(t, e, "vol-ss-"+strings.ReplaceAll(tc.name, " ", "-"), "enc-fail")
@@ -251,11 +217,13 @@ func TestSecretServiceStage(t *testing.T) {
 		v := newVol(t, e, "vol-ss-down", "enc-fail")
 		v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", good)
 		v.context = pvc
-		ss.stop()
+		ss.Stop()
 		failsCleanly(t, v, codes.Unavailable, good, strings.TrimPrefix(good, envelope.Prefix))
 
 		// The kubelet retries the stage; once the service is back it works.
-		ss.start(t)
+		if err := ss.Start(); err != nil {
+			t.Fatal(err)
+		}
 		eventuallyWithin(t, 30*time.Second, "stage after the secret service came back", v.stage)
 		t.Cleanup(func() { v.unstage() })
 		if !mounted(t, v.staging) || workers(t, v.id) != 1 {
@@ -333,7 +301,7 @@ func TestEncryptedWithoutSecretService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ct := encryptFor(t, &k.PublicKey, harness.SecretAccessKey)
+	ct := testpki.Encrypt(t, &k.PublicKey, harness.SecretAccessKey)
 	v := newVol(t, e, "vol-enc-no-service", "noservice")
 	v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", ct)
 	failsCleanly(t, v, codes.InvalidArgument, ct)

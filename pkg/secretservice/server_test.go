@@ -5,17 +5,13 @@ import (
 	"context"
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"flag"
 	"io"
 	"maps"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/csi-rclone/csi-rclone/test/testpki"
 
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc"
@@ -57,7 +55,7 @@ type decryptFunc func(t *testing.T, token string, req *pb.DecryptRequest) (*pb.D
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{serviceKey: rsaKey(t), signKey: ecKey(t)}
+	e := &env{serviceKey: testpki.RSAKey(t), signKey: testpki.ECKey(t)}
 	v, err := NewJWTVerifier(t.Context(), JWTOptions{
 		PublicKeys: []crypto.PublicKey{&e.signKey.PublicKey}, Issuer: testIssuer, Audience: testAudience,
 	})
@@ -68,7 +66,7 @@ func newEnv(t *testing.T) *env {
 		PrivateKey: e.serviceKey, Verifier: v,
 		AllowedNamespaces: []string{testNS, "team-b"}, AllowedSubjects: []string{testSubject, "node:node-2"},
 	})
-	serverTLS, roots := testTLS(t)
+	serverTLS, roots, _ := testpki.ServerTLS(t)
 	e.transports = map[string]decryptFunc{
 		"grpc": startGRPC(t, srv, serverTLS, roots),
 		"http": startHTTP(t, srv, serverTLS, roots),
@@ -174,7 +172,7 @@ func TestDecrypt(t *testing.T) {
 	good := e.token(t, valid)
 	ctA := e.encrypt(t, "s3cr3t-a")
 	ctB := e.encrypt(t, "pässwörd b")
-	otherKeyCT := strings.TrimPrefix(mustEncrypt(t, &rsaKey(t).PublicKey, "x"), envelope.Prefix)
+	otherKeyCT := strings.TrimPrefix(testpki.Encrypt(t, &testpki.RSAKey(t).PublicKey, "x"), envelope.Prefix)
 
 	tests := []struct {
 		name  string
@@ -205,7 +203,7 @@ func TestDecrypt(t *testing.T) {
 			ns: testNS, cts: map[string]string{"a": ctA}, code: codes.Unauthenticated, msg: "aud"},
 		{name: "wrong issuer", token: e.token(t, func(c *jwt.RegisteredClaims) { c.Issuer = "someone-else" }),
 			ns: testNS, cts: map[string]string{"a": ctA}, code: codes.Unauthenticated, msg: "iss"},
-		{name: "wrong signing key", token: sign(t, jwt.SigningMethodES256, ecKey(t), claims()),
+		{name: "wrong signing key", token: sign(t, jwt.SigningMethodES256, testpki.ECKey(t), claims()),
 			ns: testNS, cts: map[string]string{"a": ctA}, code: codes.Unauthenticated},
 		{name: "alg none", token: sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims()),
 			ns: testNS, cts: map[string]string{"a": ctA}, code: codes.Unauthenticated, msg: "signing method none is invalid"},
@@ -254,7 +252,7 @@ func TestDecrypt(t *testing.T) {
 }
 
 func TestHTTPProtocol(t *testing.T) {
-	srv := New(Options{PrivateKey: rsaKey(t), Verifier: staticVerifier{}})
+	srv := New(Options{PrivateKey: testpki.RSAKey(t), Verifier: staticVerifier{}})
 	ts := httptest.NewServer(srv.HTTPHandler())
 	defer ts.Close()
 	url := ts.URL + "/v1/decrypt"
@@ -360,16 +358,7 @@ func sign(t *testing.T, m jwt.SigningMethod, key any, c jwt.Claims) string {
 
 // encrypt returns the opaque part, as the driver sends it.
 func (e *env) encrypt(t *testing.T, plaintext string) string {
-	return strings.TrimPrefix(mustEncrypt(t, &e.serviceKey.PublicKey, plaintext), envelope.Prefix)
-}
-
-func mustEncrypt(t *testing.T, pub *rsa.PublicKey, plaintext string) string {
-	t.Helper()
-	ct, err := envelope.Encrypt(pub, []byte(plaintext))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ct
+	return strings.TrimPrefix(testpki.Encrypt(t, &e.serviceKey.PublicKey, plaintext), envelope.Prefix)
 }
 
 // tamper changes one character inside the Fernet token.
@@ -382,24 +371,6 @@ func tamper(ct string) string {
 	return ct[:i] + string(c) + ct[i+1:]
 }
 
-func rsaKey(t *testing.T) *rsa.PrivateKey {
-	t.Helper()
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func ecKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
 func publicDER(t *testing.T, pub any) []byte {
 	t.Helper()
 	der, err := x509.MarshalPKIXPublicKey(pub)
@@ -407,40 +378,4 @@ func publicDER(t *testing.T, pub any) []byte {
 		t.Fatal(err)
 	}
 	return der
-}
-
-// testTLS makes a CA and a server certificate for 127.0.0.1 signed by it.
-func testTLS(t *testing.T) (*tls.Config, *x509.CertPool) {
-	t.Helper()
-	caKey, srvKey := ecKey(t), ecKey(t)
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "secret-service"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca)
-	return &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}},
-		MinVersion:   tls.VersionTLS12,
-	}, roots
 }

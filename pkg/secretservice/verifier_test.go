@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/csi-rclone/csi-rclone/test/testpki"
+
 	"github.com/MicahParks/jwkset"
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc/codes"
@@ -25,7 +27,7 @@ import (
 )
 
 func TestNewJWTVerifierOptions(t *testing.T) {
-	pub := []crypto.PublicKey{&ecKey(t).PublicKey}
+	pub := []crypto.PublicKey{&testpki.ECKey(t).PublicKey}
 	tests := []struct {
 		name string
 		o    JWTOptions
@@ -80,7 +82,7 @@ func jwksServer(t *testing.T) (ts *httptest.Server, set func(map[string]crypto.S
 }
 
 func TestJWKSVerifier(t *testing.T) {
-	rsaK, ecK, rotated := rsaKey(t), ecKey(t), ecKey(t)
+	rsaK, ecK, rotated := testpki.RSAKey(t), testpki.ECKey(t), testpki.ECKey(t)
 	ts, setKeys := jwksServer(t)
 	setKeys(map[string]crypto.Signer{"rsa-1": rsaK, "ec-1": ecK})
 	v, err := NewJWTVerifier(t.Context(), JWTOptions{
@@ -116,9 +118,9 @@ func TestJWKSVerifier(t *testing.T) {
 		{"RS256 by kid", mint(jwt.SigningMethodRS256, "rsa-1", rsaK), true},
 		{"ES256 by kid", mint(jwt.SigningMethodES256, "ec-1", ecK), true},
 		{"no kid tries every key", mint(jwt.SigningMethodES256, "", ecK), true},
-		{"kid of another key", mint(jwt.SigningMethodES256, "ec-1", ecKey(t)), false},
+		{"kid of another key", mint(jwt.SigningMethodES256, "ec-1", testpki.ECKey(t)), false},
 		{"alg does not match the JWK", mint(jwt.SigningMethodPS256, "rsa-1", rsaK), false},
-		{"unknown kid", mint(jwt.SigningMethodRS256, "nope", rsaKey(t)), false},
+		{"unknown kid", mint(jwt.SigningMethodRS256, "nope", testpki.RSAKey(t)), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,7 +179,7 @@ func TestTokenReviewVerifier(t *testing.T) {
 	}
 
 	// The user name is the subject that AllowedSubjects lists.
-	srv := New(Options{PrivateKey: rsaKey(t), Verifier: v, AllowedSubjects: []string{sa}})
+	srv := New(Options{PrivateKey: testpki.RSAKey(t), Verifier: v, AllowedSubjects: []string{sa}})
 	for token, want := range map[string]codes.Code{"good": codes.InvalidArgument, "forged": codes.Unauthenticated} {
 		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
 		_, err := srv.Decrypt(ctx, &pb.DecryptRequest{}) // empty: passes auth, then fails

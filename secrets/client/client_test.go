@@ -3,17 +3,11 @@ package client
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"maps"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/csi-rclone/csi-rclone/test/testpki"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -55,13 +51,13 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	f := &fixture{serviceKey: genRSA(t)}
+	f := &fixture{serviceKey: testpki.RSAKey(t)}
 
-	ecKey, rsaKey := genEC(t), genRSA(t)
+	ecKey, rsaKey := testpki.ECKey(t), testpki.RSAKey(t)
 	// Each format NewSignedToken reads: PKCS#8, SEC 1, PKCS#1.
-	f.ecKeyFile = writePEM(t, dir, "ec.pem", "EC PRIVATE KEY", must(x509.MarshalECPrivateKey(ecKey)))
-	f.rsaKeyFile = writePEM(t, dir, "rsa.pem", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rsaKey))
-	f.untrustedKeyFile = writePEM(t, dir, "untrusted.pem", "PRIVATE KEY", must(x509.MarshalPKCS8PrivateKey(genEC(t))))
+	f.ecKeyFile = testpki.WritePEM(t, dir, "ec.pem", "EC PRIVATE KEY", must(x509.MarshalECPrivateKey(ecKey)))
+	f.rsaKeyFile = testpki.WritePEM(t, dir, "rsa.pem", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rsaKey))
+	f.untrustedKeyFile = testpki.WritePEM(t, dir, "untrusted.pem", "PRIVATE KEY", must(x509.MarshalPKCS8PrivateKey(testpki.ECKey(t))))
 
 	v, err := secretservice.NewJWTVerifier(t.Context(), secretservice.JWTOptions{
 		PublicKeys: []crypto.PublicKey{&ecKey.PublicKey, &rsaKey.PublicKey},
@@ -76,12 +72,12 @@ func newFixture(t *testing.T) *fixture {
 	})
 
 	var caPEM []byte
-	f.serverTLS, caPEM = serverTLS(t)
+	f.serverTLS, _, caPEM = testpki.ServerTLS(t)
 	f.caFile = filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(f.caFile, caPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, otherPEM := serverTLS(t)
+	_, _, otherPEM := testpki.ServerTLS(t)
 	f.otherCAFile = filepath.Join(dir, "other-ca.pem")
 	if err := os.WriteFile(f.otherCAFile, otherPEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -171,7 +167,7 @@ func TestDecryptTLS(t *testing.T) {
 		cts[id] = encrypt(t, &f.serviceKey.PublicKey, p)
 	}
 	tampered := tamper(cts["/password"])
-	otherServiceCT := encrypt(t, &genRSA(t).PublicKey, "for another service")
+	otherServiceCT := encrypt(t, &testpki.RSAKey(t).PublicKey, "for another service")
 
 	tests := []struct {
 		name  string
@@ -470,12 +466,8 @@ func newClient(t *testing.T, o Options) *Client {
 
 func encrypt(t *testing.T, pub *rsa.PublicKey, plaintext string) string {
 	t.Helper()
-	ct, err := envelope.Encrypt(pub, []byte(plaintext))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The driver sends the opaque part, without the prefix.
-	return strings.TrimPrefix(ct, envelope.Prefix)
+	return strings.TrimPrefix(testpki.Encrypt(t, pub, plaintext), envelope.Prefix)
 }
 
 // tamper changes one character inside the Fernet token.
@@ -493,73 +485,4 @@ func must(b []byte, err error) []byte {
 		panic(err)
 	}
 	return b
-}
-
-func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func genRSA(t *testing.T) *rsa.PrivateKey {
-	t.Helper()
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func genEC(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// serverTLS makes a CA and a server certificate for 127.0.0.1 signed by it;
-// it returns the server's config and the CA certificate as PEM.
-func serverTLS(t *testing.T) (*tls.Config, []byte) {
-	t.Helper()
-	caKey, srvKey := genEC(t), genEC(t)
-	now := time.Now()
-	serial := func() *big.Int {
-		n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "csi-rclone test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "secret-service"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}},
-		MinVersion:   tls.VersionTLS12,
-	}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 }

@@ -5,11 +5,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -23,12 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-rclone/csi-rclone/test/harness"
+	"github.com/csi-rclone/csi-rclone/test/testpki"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/csi-rclone/csi-rclone/pkg/secretservice"
-	pb "github.com/csi-rclone/csi-rclone/proto/secretservice/v1"
 	"github.com/csi-rclone/csi-rclone/test/kubelet"
 )
 
@@ -208,68 +206,32 @@ func (c *container) stop() {
 	}
 }
 
-// secretService runs the reference secret service on loopback; it can be
-// stopped and started again on the same address.
-type secretService struct {
-	key      *rsa.PrivateKey
-	addr     string
-	verifier secretservice.Verifier
-	srv      *grpc.Server
-}
-
-func newSecretService(t *testing.T, signingPub *ecdsa.PublicKey) *secretService {
+// newSecretService starts the reference secret service on loopback; it
+// trusts JWTs signed by signingPub and decrypts for namespace "alice" only.
+func newSecretService(t *testing.T, signingPub *ecdsa.PublicKey) (*harness.SecretService, *rsa.PrivateKey) {
 	t.Helper()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := testpki.RSAKey(t)
 	v, err := secretservice.NewJWTVerifier(context.Background(), secretservice.JWTOptions{
 		PublicKeys: []crypto.PublicKey{signingPub}, Issuer: "csi-rclone-e2e", Audience: "e2e-secret-service",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &secretService{key: key, addr: "127.0.0.1:0", verifier: v}
-	s.start(t)
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *secretService) start(t *testing.T) {
-	t.Helper()
-	lis, err := net.Listen("tcp", s.addr)
+	s, err := harness.StartSecretService(secretservice.New(secretservice.Options{
+		PrivateKey: key, Verifier: v, AllowedNamespaces: []string{"alice"},
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.addr = lis.Addr().String()
-	s.srv = grpc.NewServer()
-	secretservice.New(secretservice.Options{PrivateKey: s.key, Verifier: s.verifier, AllowedNamespaces: []string{"alice"}}).Register(s.srv)
-	go func() { _ = s.srv.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return s, key
 }
-
-func (s *secretService) stop() {
-	if s.srv != nil {
-		s.srv.Stop()
-		s.srv = nil
-	}
-}
-
-var _ pb.SecretServiceServer = (*secretservice.Server)(nil)
 
 // ecKeyPEM makes the driver's JWT signing key.
 func ecKeyPEM(t *testing.T, path string) *ecdsa.PublicKey {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	key := testpki.ECKey(t)
+	testpki.WritePrivateKey(t, filepath.Dir(path), filepath.Base(path), key)
 	return &key.PublicKey
 }
 

@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rsa"
 	"fmt"
 	"io/fs"
 	"os"
@@ -19,10 +20,10 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
-	"github.com/csi-rclone/csi-rclone/pkg/envelope"
 	"github.com/csi-rclone/csi-rclone/test/harness"
 	"github.com/csi-rclone/csi-rclone/test/kubelet"
 	"github.com/csi-rclone/csi-rclone/test/s3server"
+	"github.com/csi-rclone/csi-rclone/test/testpki"
 )
 
 const (
@@ -62,7 +63,7 @@ type env struct {
 	dir, socket, stateDir, cacheDir, tmpDir string
 	signingKey, secretAddr                  string
 	s3                                      *s3server.Server
-	secrets                                 *secretService
+	secretKey                               *rsa.PrivateKey
 	kubelet                                 *kubelet.Kubelet
 	driver                                  *driverProc
 	starts                                  int
@@ -106,8 +107,8 @@ func newEnv(t *testing.T) *env {
 	}
 	e.s3 = s3
 	e.signingKey = filepath.Join(dir, "jwt-signing-key.pem")
-	e.secrets = newSecretService(t, ecKeyPEM(t, e.signingKey))
-	e.secretAddr = e.secrets.addr
+	ss, serviceKey := newSecretService(t, ecKeyPEM(t, e.signingKey))
+	e.secretAddr, e.secretKey = ss.Addr, serviceKey
 	e.kubelet = &kubelet.Kubelet{Root: filepath.Join(dir, "kubelet"), DriverName: driverName}
 	if err := e.kubelet.MakeRootShared(); err != nil {
 		t.Fatal(err)
@@ -148,10 +149,7 @@ func TestRecovery(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 
-	encrypted, err := envelope.Encrypt(&e.secrets.key.PublicKey, []byte(privateSecretKey))
-	if err != nil {
-		t.Fatal(err)
-	}
+	encrypted := testpki.Encrypt(t, &e.secretKey.PublicKey, privateSecretKey)
 	shared := kubelet.Volume{PV: "pv-shared", Handle: "shared-vol", Capability: rwx(),
 		Secret: map[string]string{"remote": "s3", "remotePath": "shared", "configData": e.s3.RcloneConfig("s3")}}
 	private := kubelet.Volume{PV: "pv-private", Handle: "private-vol", Capability: rwx(),
