@@ -9,6 +9,13 @@ package main
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -23,6 +30,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/csi-rclone/csi-rclone/pkg/envelope"
+	"github.com/csi-rclone/csi-rclone/pkg/secretservice"
+	"github.com/csi-rclone/csi-rclone/secrets"
 	"github.com/csi-rclone/csi-rclone/test/harness"
 	"github.com/csi-rclone/csi-rclone/test/kubelet"
 	"github.com/csi-rclone/csi-rclone/test/s3server"
@@ -95,6 +105,14 @@ func run(binary string, keep bool) (err error) {
 	}
 	info("endpoint %s, bucket \"demo\" with %d objects", s3.Endpoint, len(samples))
 
+	step("starting the secret service on loopback; sealing the S3 secret key for it")
+	ss, sealed, signingKey, err := startSecretService(dir)
+	if err != nil {
+		return err
+	}
+	defer ss.Stop()
+	info("grpc://%s; the Secret will hold secret_access_key: %s...", ss.Addr, sealed[:40])
+
 	step("starting the node plugin: %s", bin)
 	socket := filepath.Join(dir, "plugin", "csi.sock")
 	logPath := filepath.Join(dir, "driver.log")
@@ -104,7 +122,9 @@ func run(binary string, keep bool) (err error) {
 	}
 	defer logFile.Close()
 	driver := exec.Command(bin, "--mode=node", "--nodeid=demo-node", "--endpoint=unix://"+socket,
-		"--state-dir="+filepath.Join(dir, "state"), "--cache-dir="+filepath.Join(dir, "cache"), "--v=3")
+		"--state-dir="+filepath.Join(dir, "state"), "--cache-dir="+filepath.Join(dir, "cache"), "--v=3",
+		"--secret-service=grpc://"+ss.Addr, "--secret-service-signing-key="+signingKey,
+		"--secret-service-issuer="+demoIssuer, "--secret-service-audience="+demoAudience)
 	driver.Stdout, driver.Stderr = logFile, logFile
 	if err := driver.Start(); err != nil {
 		return err
@@ -121,7 +141,7 @@ func run(binary string, keep bool) (err error) {
 	if err := waitReady(ctx, csi.NewIdentityClient(conn)); err != nil {
 		return fmt.Errorf("%w (driver log: %s)", err, logPath)
 	}
-	info("pid %d, socket %s, log %s", driver.Process.Pid, socket, logPath)
+	info("pid %d, socket %s, log %s; mount workers run as uid %d", driver.Process.Pid, socket, logPath, harness.WorkerUID)
 
 	k := &kubelet.Kubelet{Root: filepath.Join(dir, "kubelet"), DriverName: "csi-rclone", Node: csi.NewNodeClient(conn)}
 	if err := k.MakeRootShared(); err != nil {
@@ -131,11 +151,15 @@ func run(binary string, keep bool) (err error) {
 	vol := kubelet.Volume{
 		PV: "pv-demo", Handle: "demo-volume",
 		Capability: harness.MountCapability(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER),
+		// As a platform writes it: the credential encrypted, a placeholder
+		// in the config.
 		Secret: map[string]string{
-			"remote":     harness.RemoteName,
-			"remotePath": "demo",
-			"configData": s3.RcloneConfig(harness.RemoteName),
+			"remote":            harness.RemoteName,
+			"remotePath":        "demo",
+			"configData":        s3server.RcloneConfig(harness.RemoteName, s3.Endpoint, harness.AccessKeyID, secrets.Placeholder),
+			"secret_access_key": sealed,
 		},
+		Context: map[string]string{secrets.KeyPVCNamespace: "demo"},
 	}
 
 	step("NodeStageVolume: one rclone mount in a worker process")
@@ -210,6 +234,47 @@ func run(binary string, keep bool) (err error) {
 	info("no mount left under the kubelet root; driver log (%d lines) holds no credential", strings.Count(string(logged), "\n"))
 	step("done")
 	return nil
+}
+
+const (
+	demoIssuer   = "csi-rclone-demo"
+	demoAudience = "csi-rclone-demo-secret-service"
+)
+
+// startSecretService runs the reference secret service with a fresh RSA key,
+// trusting JWTs signed by a fresh EC key that the driver gets as a file. It
+// returns the service, the S3 secret key sealed for it, and the key file.
+func startSecretService(dir string) (*harness.SecretService, string, string, error) {
+	serviceKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, "", "", err
+	}
+	signing, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, "", "", err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(signing)
+	if err != nil {
+		return nil, "", "", err
+	}
+	keyFile := filepath.Join(dir, "driver-jwt-key.pem")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return nil, "", "", err
+	}
+	verifier, err := secretservice.NewJWTVerifier(context.Background(), secretservice.JWTOptions{
+		PublicKeys: []crypto.PublicKey{&signing.PublicKey}, Issuer: demoIssuer, Audience: demoAudience,
+	})
+	if err != nil {
+		return nil, "", "", err
+	}
+	sealed, err := envelope.Encrypt(&serviceKey.PublicKey, []byte(harness.SecretAccessKey))
+	if err != nil {
+		return nil, "", "", err
+	}
+	ss, err := harness.StartSecretService(secretservice.New(secretservice.Options{
+		PrivateKey: serviceKey, Verifier: verifier, AllowedNamespaces: []string{"demo"},
+	}))
+	return ss, sealed, keyFile, err
 }
 
 func waitReady(ctx context.Context, id csi.IdentityClient) error {
