@@ -158,10 +158,12 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 
 // NodeStageVolume mounts the volume at the staging path:
 //  1. check the request and build the rclone config from secret + context;
-//  2. start a worker that mounts it, handing it the config over a pipe;
-//  3. return once the staging path is a live mount.
+//  2. record the volume (phase Staging) for recovery;
+//  3. start a worker that mounts it, handing it the config over a pipe, and
+//     bind its mount onto the staging path;
+//  4. mark the record Staged, and watch the worker.
 //
-// On failure nothing is left: no worker, no mount, no cache dir.
+// On failure nothing is left: no worker, mount, record or cache dir.
 func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
 	if id == "" {
@@ -206,13 +208,17 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	}
 
 	v := s.newStagedVolume(rec)
-	// The record goes first, in phase Staging: a driver that dies before the
-	// mount is up finds it on restart and cleans up instead of leaving a
-	// half-mounted volume.
+	vol, err := s.build(ctx, v)
+	if err != nil {
+		return nil, statusFor(err, "volume configuration")
+	}
+	// The record goes before the mount, in phase Staging: a driver that dies
+	// before the mount is up finds it on restart and cleans up instead of
+	// leaving a half-mounted volume.
 	if err := s.store.Save(rec); err != nil {
 		return nil, status.Errorf(codes.Internal, "recording volume: %v", err)
 	}
-	if err := s.start(ctx, v); err != nil {
+	if err := s.mount(ctx, v, vol); err != nil {
 		_ = s.store.Delete(id)
 		return nil, statusFor(err, "mounting volume")
 	}
@@ -231,15 +237,21 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
-// start builds the rclone config from the record (decrypting through the
-// secret service) and mounts it: at stage, and again at recovery.
-func (s *nodeServer) start(ctx context.Context, v *stagedVolume) error {
+// build makes the rclone config from the record, decrypting through the
+// secret service: at stage, and again at every recovery.
+func (s *nodeServer) build(ctx context.Context, v *stagedVolume) (*secrets.Volume, error) {
 	vol, err := secrets.Build(ctx, secrets.Source{Secret: v.rec.Secret, VolumeContext: v.rec.Context, VolumeID: v.id},
 		&s.d.opts.Policy, s.d.opts.Decrypter)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.applyOptions(vol, v.readOnly, v.rec.MountGroup); err != nil {
+	return vol, s.applyOptions(vol, v.readOnly, v.rec.MountGroup)
+}
+
+// start builds the config and mounts it.
+func (s *nodeServer) start(ctx context.Context, v *stagedVolume) error {
+	vol, err := s.build(ctx, v)
+	if err != nil {
 		return err
 	}
 	return s.mount(ctx, v, vol)
