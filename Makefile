@@ -48,7 +48,7 @@ fuzz:
 PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 proto:
-	@command -v protoc >/dev/null || { echo "protoc missing: apt-get install protobuf-compiler"; exit 1; }
+	@command -v protoc >/dev/null || apt-get install -y -qq protobuf-compiler
 	GOBIN=$(CURDIR)/bin/tools $(GO) install $(PROTOC_GEN_GO)
 	GOBIN=$(CURDIR)/bin/tools $(GO) install $(PROTOC_GEN_GO_GRPC)
 	PATH=$(CURDIR)/bin/tools:$$PATH protoc -I proto \
@@ -58,3 +58,9 @@ proto:
 
 clean:
 	rm -rf bin
+
+# Render the Helm chart with its default values into deploy/kubernetes, the
+# plain manifests; go test ./deploy/... fails when they are out of date.
+.PHONY: manifests
+manifests:
+	$(GO) run ./deploy/render -chart deploy/helm/csi-rclone -out deploy/kubernetes

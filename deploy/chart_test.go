@@ -1,0 +1,544 @@
+package deploy_test
+
+import (
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/csi-rclone/csi-rclone/deploy"
+)
+
+const chartDir = "helm/csi-rclone"
+
+// A case is a set of values and what the rendered objects must say.
+type chartCase struct {
+	name       string
+	values     string
+	driverName string
+	kubeletDir string
+	stateDir   string
+	cacheDir   string
+	// secret service client: "" when none is configured
+	endpoint, audience, caKey string
+	server                    bool
+}
+
+var cases = []chartCase{
+	{
+		name:       "defaults",
+		driverName: "csi-rclone",
+		kubeletDir: "/var/lib/kubelet",
+		stateDir:   "/run/csi-rclone/csi-rclone",
+		cacheDir:   "/var/lib/csi-rclone/csi-rclone/cache",
+	},
+	{
+		// k0s, another driver name, the reference secret service with TLS,
+		// its CA from a ConfigMap and a token audience of our own.
+		name: "k0s-secret-service",
+		values: `
+driverName: rclone.csi.example.org
+kubeletDir: /var/lib/k0s/kubelet/
+node:
+  metrics: {enabled: true, port: 9191}
+  tenantAllowBackends: [sftp, ftp]
+secretService:
+  ca: {configMap: secret-service-ca, key: ca.pem}
+  token: {audience: rclone-decrypt, expirationSeconds: 600}
+  server:
+    enabled: true
+    tls: {secret: secret-service-tls}
+    allowedNamespaces: [alice, bob]
+    privateKey: {previousKeys: [private-2025.pem]}
+storageClasses:
+  - name: rclone-static-remote
+    parameters:
+      remote: store
+      csi.storage.k8s.io/node-stage-secret-name: rclone-store
+      csi.storage.k8s.io/node-stage-secret-namespace: storage
+`,
+		driverName: "rclone.csi.example.org",
+		kubeletDir: "/var/lib/k0s/kubelet",
+		stateDir:   "/run/csi-rclone/rclone.csi.example.org",
+		cacheDir:   "/var/lib/csi-rclone/rclone.csi.example.org/cache",
+		endpoint:   "grpcs://csi-rclone-secret-service.kube-system.svc:8443",
+		audience:   "rclone-decrypt",
+		caKey:      "ca.pem",
+		server:     true,
+	},
+	{
+		// MicroK8s, an external secret service whose CA is in a Secret,
+		// own state and cache dirs.
+		name: "microk8s-external-secret-service",
+		values: `
+kubeletDir: /var/snap/microk8s/common/var/lib/kubelet
+node:
+  stateDir: /run/rclone-state
+  cacheDir: /srv/rclone-cache
+secretService:
+  endpoint: https://decrypt.example.org
+  ca: {secret: decrypt-ca}
+`,
+		driverName: "csi-rclone",
+		kubeletDir: "/var/snap/microk8s/common/var/lib/kubelet",
+		stateDir:   "/run/rclone-state",
+		cacheDir:   "/srv/rclone-cache",
+		endpoint:   "https://decrypt.example.org",
+		audience:   "csi-rclone-secret-service",
+		caKey:      "ca.crt",
+	},
+}
+
+func render(t *testing.T, values string) map[string]string {
+	t.Helper()
+	files, err := deploy.Render(chartDir, []byte(values), deploy.ReleaseNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func TestChart(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := decodeFiles(t, render(t, c.values))
+			checkDriverName(t, o, c)
+			checkNode(t, o, c)
+			checkController(t, o, c)
+			checkPropagation(t, o)
+			checkRBAC(t, o)
+			checkResources(t, o)
+			checkImages(t, o)
+			checkSecretService(t, o, c)
+		})
+	}
+}
+
+// The driver name is the same in the CSIDriver, the StorageClasses, the
+// plugins' flags and the kubelet registration path.
+func checkDriverName(t *testing.T, o *objects, c chartCase) {
+	if len(o.csiDrivers) != 1 {
+		t.Fatalf("%d CSIDrivers, want 1", len(o.csiDrivers))
+	}
+	d := o.csiDrivers[0]
+	if d.Name != c.driverName {
+		t.Errorf("CSIDriver %q, want %q", d.Name, c.driverName)
+	}
+	if d.Spec.AttachRequired == nil || *d.Spec.AttachRequired ||
+		d.Spec.PodInfoOnMount == nil || *d.Spec.PodInfoOnMount ||
+		d.Spec.FSGroupPolicy == nil || *d.Spec.FSGroupPolicy != storagev1.FileFSGroupPolicy ||
+		!slices.Equal(d.Spec.VolumeLifecycleModes, []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}) {
+		t.Errorf("CSIDriver spec %+v", d.Spec)
+	}
+	if len(o.storageClasses) == 0 {
+		t.Error("no StorageClass")
+	}
+	for _, sc := range o.storageClasses {
+		if sc.Provisioner != c.driverName {
+			t.Errorf("StorageClass %s: provisioner %q, want %q", sc.Name, sc.Provisioner, c.driverName)
+		}
+		for k := range sc.Parameters {
+			if strings.HasPrefix(k, "csi.storage.k8s.io/provisioner-secret") || strings.HasPrefix(k, "csi.storage.k8s.io/controller-") {
+				t.Errorf("StorageClass %s: %s needs csi-provisioner to read Secrets", sc.Name, k)
+			}
+		}
+	}
+	for name, spec := range o.podSpecs() {
+		if p := container(spec, "csi-rclone"); p != nil {
+			if v, _ := flag(p.Args, "driver-name"); v != c.driverName {
+				t.Errorf("%s: --driver-name=%q, want %q", name, v, c.driverName)
+			}
+		}
+	}
+	reg := container(nodeSpec(t, o), "node-driver-registrar")
+	want := path.Join(c.kubeletDir, "plugins", c.driverName, "csi.sock")
+	if v, _ := flag(reg.Args, "kubelet-registration-path"); v != want {
+		t.Errorf("--kubelet-registration-path=%q, want %q", v, want)
+	}
+}
+
+func nodeSpec(t *testing.T, o *objects) *corev1.PodSpec {
+	t.Helper()
+	if len(o.daemonSets) != 1 {
+		t.Fatalf("%d DaemonSets, want 1", len(o.daemonSets))
+	}
+	return &o.daemonSets[0].Spec.Template.Spec
+}
+
+func checkNode(t *testing.T, o *objects, c chartCase) {
+	ds := o.daemonSets[0]
+	spec := nodeSpec(t, o)
+	p := container(spec, "csi-rclone")
+	if p == nil {
+		t.Fatal("no csi-rclone container in the node DaemonSet")
+	}
+	for _, a := range []string{"--mode=node", "--nodeid=$(NODE_NAME)", "--endpoint=unix:///csi/csi.sock"} {
+		if !slices.Contains(p.Args, a) {
+			t.Errorf("node plugin: no %s in %q", a, p.Args)
+		}
+	}
+	for _, f := range []string{"worker-uid", "worker-gid"} {
+		if v, ok := flag(p.Args, f); !ok || v != "65534" {
+			t.Errorf("node plugin: --%s=%q, want 65534", f, v)
+		}
+	}
+	if p.SecurityContext == nil || p.SecurityContext.Privileged == nil || !*p.SecurityContext.Privileged {
+		t.Error("node plugin not privileged")
+	}
+
+	// Every host path the plugin mounts, but its socket dir, is at the same
+	// path inside: the kubelet dir, the state and cache dirs, /dev/fuse.
+	hostPaths := map[string]string{} // mountPath -> host path
+	for _, m := range p.VolumeMounts {
+		v := volume(spec, m.Name)
+		if v == nil {
+			t.Fatalf("node plugin mounts unknown volume %s", m.Name)
+		}
+		if v.HostPath == nil {
+			continue
+		}
+		hostPaths[m.MountPath] = v.HostPath.Path
+		if m.MountPath == "/csi" {
+			if want := path.Join(c.kubeletDir, "plugins", c.driverName); v.HostPath.Path != want {
+				t.Errorf("plugin socket dir %s, want %s", v.HostPath.Path, want)
+			}
+			continue
+		}
+		if v.HostPath.Path != m.MountPath {
+			t.Errorf("volume %s: host path %s mounted at %s", m.Name, v.HostPath.Path, m.MountPath)
+		}
+	}
+	if hostPaths[c.kubeletDir] != c.kubeletDir {
+		t.Errorf("kubelet dir %s not mounted at the same path: %v", c.kubeletDir, hostPaths)
+	}
+	for f, want := range map[string]string{"state-dir": c.stateDir, "cache-dir": c.cacheDir} {
+		if v, _ := flag(p.Args, f); v != want || hostPaths[want] != want {
+			t.Errorf("--%s=%q, want %q from the host path of the same name (%v)", f, v, want, hostPaths)
+		}
+	}
+	if !strings.HasPrefix(c.stateDir, "/run/") {
+		t.Errorf("state dir %s is not on the host's tmpfs /run", c.stateDir)
+	}
+	if hostPaths["/dev/fuse"] != "/dev/fuse" {
+		t.Error("/dev/fuse not mounted")
+	}
+
+	// The liveness probe goes to the livenessprobe sidecar's port.
+	lp := container(spec, "liveness-probe")
+	endpoint, _ := flag(lp.Args, "http-endpoint")
+	port := strings.TrimPrefix(endpoint, ":")
+	if p.LivenessProbe == nil || p.LivenessProbe.HTTPGet == nil || p.StartupProbe == nil {
+		t.Fatal("node plugin: no liveness or startup probe")
+	}
+	if named := p.LivenessProbe.HTTPGet.Port.StrVal; !slices.ContainsFunc(p.Ports, func(cp corev1.ContainerPort) bool {
+		return cp.Name == named && port == strconv.Itoa(int(cp.ContainerPort))
+	}) {
+		t.Errorf("liveness probe port %q is not the sidecar's --http-endpoint=%s", named, endpoint)
+	}
+
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("node pod mounts an API token; it needs none")
+	}
+	if spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("node priority class %q", spec.PriorityClassName)
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool {
+		return tol.Key == "" && tol.Operator == corev1.TolerationOpExists
+	}) {
+		t.Errorf("node tolerations %+v do not tolerate everything", spec.Tolerations)
+	}
+	u := ds.Spec.UpdateStrategy
+	if u.Type != "RollingUpdate" || u.RollingUpdate == nil || u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("update strategy %+v", u)
+	}
+	// The node plugin's ServiceAccount is bound to nothing.
+	sa := spec.ServiceAccountName
+	for _, b := range o.clusterBindings {
+		checkNotBound(t, "ClusterRoleBinding "+b.Name, b.Subjects, sa)
+	}
+	for _, b := range o.bindings {
+		checkNotBound(t, "RoleBinding "+b.Name, b.Subjects, sa)
+	}
+}
+
+func checkNotBound(t *testing.T, name string, subjects []rbacv1.Subject, sa string) {
+	for _, s := range subjects {
+		if s.Kind == "ServiceAccount" && s.Name == sa {
+			t.Errorf("%s grants the node plugin's ServiceAccount %s API access", name, sa)
+		}
+	}
+}
+
+func checkController(t *testing.T, o *objects, c chartCase) {
+	var spec *corev1.PodSpec
+	for _, d := range o.deployments {
+		if strings.HasSuffix(d.Name, "-controller") {
+			spec = &d.Spec.Template.Spec
+		}
+	}
+	if spec == nil {
+		t.Fatal("no controller Deployment")
+	}
+	prov := container(spec, "csi-provisioner")
+	for _, a := range []string{"--extra-create-metadata", "--leader-election", "--csi-address=/csi/csi.sock"} {
+		if prov == nil || !slices.Contains(prov.Args, a) {
+			t.Errorf("csi-provisioner: no %s", a)
+		}
+	}
+	p := container(spec, "csi-rclone")
+	if p == nil || !slices.Contains(p.Args, "--mode=controller") || !slices.Contains(p.Args, "--endpoint=unix:///csi/csi.sock") {
+		t.Errorf("controller plugin args %v", p)
+	}
+	if p.LivenessProbe == nil {
+		t.Error("controller plugin has no liveness probe")
+	}
+}
+
+// Bidirectional propagation exactly on the node plugin's kubelet dir mount.
+func checkPropagation(t *testing.T, o *objects) {
+	n := 0
+	for name, spec := range o.podSpecs() {
+		for _, ctr := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			for _, m := range ctr.VolumeMounts {
+				if m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationBidirectional {
+					continue
+				}
+				n++
+				v := volume(spec, m.Name)
+				if !strings.HasPrefix(name, "DaemonSet ") || ctr.Name != "csi-rclone" || v == nil || v.HostPath == nil || v.HostPath.Path != m.MountPath || m.Name != "kubelet-dir" {
+					t.Errorf("%s, container %s: Bidirectional mount %s at %s", name, ctr.Name, m.Name, m.MountPath)
+				}
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d Bidirectional mounts, want 1", n)
+	}
+}
+
+// No Role or ClusterRole touches Secrets, or anything through a wildcard.
+func checkRBAC(t *testing.T, o *objects) {
+	check := func(kind, name string, rules []rbacv1.PolicyRule) {
+		for _, r := range rules {
+			for _, s := range [][]string{r.Resources, r.Verbs, r.APIGroups} {
+				if slices.Contains(s, "*") {
+					t.Errorf("%s %s: wildcard in %+v", kind, name, r)
+				}
+			}
+			if slices.ContainsFunc(r.Resources, func(res string) bool { return strings.HasPrefix(res, "secrets") }) {
+				t.Errorf("%s %s: a rule on Secrets: %+v", kind, name, r)
+			}
+			if slices.Contains(r.Resources, "volumeattachments") {
+				t.Errorf("%s %s: VolumeAttachments, not needed with attachRequired false", kind, name)
+			}
+		}
+	}
+	for _, r := range o.clusterRoles {
+		check("ClusterRole", r.Name, r.Rules)
+		if r.AggregationRule != nil {
+			t.Errorf("ClusterRole %s aggregates", r.Name)
+		}
+	}
+	for _, r := range o.roles {
+		check("Role", r.Name, r.Rules)
+	}
+}
+
+// Every container has CPU and memory requests and a memory limit; our own
+// Go programs get GOMEMLIMIT from their own memory limit.
+func checkResources(t *testing.T, o *objects) {
+	for name, spec := range o.podSpecs() {
+		for _, ctr := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			req, lim := ctr.Resources.Requests, ctr.Resources.Limits
+			if req.Cpu().IsZero() || req.Memory().IsZero() || lim.Memory().IsZero() {
+				t.Errorf("%s, container %s: resources %+v", name, ctr.Name, ctr.Resources)
+			}
+			if ctr.Name != "csi-rclone" && ctr.Name != "secret-service" {
+				continue
+			}
+			i := slices.IndexFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" })
+			if i < 0 {
+				t.Errorf("%s, container %s: no GOMEMLIMIT", name, ctr.Name)
+				continue
+			}
+			ref := ctr.Env[i].ValueFrom
+			if ref == nil || ref.ResourceFieldRef == nil || ref.ResourceFieldRef.Resource != "limits.memory" || ref.ResourceFieldRef.ContainerName != ctr.Name {
+				t.Errorf("%s, container %s: GOMEMLIMIT not from its memory limit: %+v", name, ctr.Name, ctr.Env[i])
+			}
+		}
+	}
+}
+
+// Images are pinned: a tag other than latest, or a digest.
+func checkImages(t *testing.T, o *objects) {
+	for name, spec := range o.podSpecs() {
+		for _, ctr := range spec.Containers {
+			img := ctr.Image
+			if strings.Contains(img, "@sha256:") {
+				continue
+			}
+			i := strings.LastIndex(img, ":")
+			if i < 0 || strings.Contains(img[i:], "/") || img[i+1:] == "latest" || img[i+1:] == "" {
+				t.Errorf("%s, container %s: image %q is not pinned", name, ctr.Name, img)
+			}
+		}
+	}
+}
+
+func checkSecretService(t *testing.T, o *objects, c chartCase) {
+	spec := nodeSpec(t, o)
+	p := container(spec, "csi-rclone")
+	endpoint, _ := flag(p.Args, "secret-service")
+	if endpoint != c.endpoint {
+		t.Errorf("--secret-service=%q, want %q", endpoint, c.endpoint)
+	}
+	if c.endpoint == "" {
+		if _, ok := flag(p.Args, "secret-service-token-file"); ok || slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Projected != nil }) {
+			t.Error("a token for a secret service that is not configured")
+		}
+	} else {
+		// The token file is in a projected ServiceAccount token volume for the audience.
+		tokenFile, _ := flag(p.Args, "secret-service-token-file")
+		src := mountedSource(t, spec, p, tokenFile)
+		if src == nil || src.Projected == nil || len(src.Projected.Sources) != 1 || src.Projected.Sources[0].ServiceAccountToken == nil {
+			t.Fatalf("--secret-service-token-file=%s is not a projected token", tokenFile)
+		}
+		if tok := src.Projected.Sources[0].ServiceAccountToken; tok.Audience != c.audience || path.Base(tokenFile) != tok.Path {
+			t.Errorf("token %+v, want audience %q at %s", tok, c.audience, tokenFile)
+		}
+		// The CA file comes from the ConfigMap or Secret.
+		caFile, _ := flag(p.Args, "secret-service-ca")
+		src = mountedSource(t, spec, p, caFile)
+		var items []corev1.KeyToPath
+		switch {
+		case src != nil && src.ConfigMap != nil:
+			items = src.ConfigMap.Items
+		case src != nil && src.Secret != nil:
+			items = src.Secret.Items
+		}
+		if path.Base(caFile) != c.caKey || len(items) != 1 || items[0].Key != c.caKey || items[0].Path != c.caKey {
+			t.Errorf("--secret-service-ca=%s: source %+v, want key %s", caFile, src, c.caKey)
+		}
+	}
+
+	var srv *corev1.PodSpec
+	for _, d := range o.deployments {
+		if strings.HasSuffix(d.Name, "-secret-service") {
+			srv = &d.Spec.Template.Spec
+		}
+	}
+	if (srv != nil) != c.server {
+		t.Fatalf("secret service Deployment: %v, want %v", srv != nil, c.server)
+	}
+	if srv == nil {
+		return
+	}
+	s := container(srv, "secret-service")
+	if aud, _ := flag(s.Args, "token-review-audiences"); aud != c.audience || !slices.Contains(s.Args, "--token-review") {
+		t.Errorf("secret service: token review audiences %q, want %q", aud, c.audience)
+	}
+	if subj, _ := flag(s.Args, "allowed-subjects"); subj != "system:serviceaccount:"+deploy.ReleaseNamespace+":"+spec.ServiceAccountName {
+		t.Errorf("secret service: --allowed-subjects=%s, want the node plugin's ServiceAccount", subj)
+	}
+	if _, ok := flag(s.Args, "tls-cert"); ok != strings.HasPrefix(c.endpoint, "grpcs://") {
+		t.Errorf("secret service TLS %v, client endpoint %s", ok, c.endpoint)
+	}
+	for _, f := range []string{"private-key", "previous-private-key", "tls-cert", "tls-key"} {
+		if file, ok := flag(s.Args, f); ok {
+			if src := mountedSource(t, srv, s, file); src == nil || src.Secret == nil || !slices.ContainsFunc(src.Secret.Items, func(i corev1.KeyToPath) bool { return i.Path == path.Base(file) }) {
+				t.Errorf("secret service --%s=%s is not from a Secret volume", f, file)
+			}
+		}
+	}
+	if !slices.ContainsFunc(o.clusterRoles, func(r *rbacv1.ClusterRole) bool {
+		return slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {
+			return slices.Contains(rule.Resources, "tokenreviews") && slices.Equal(rule.Verbs, []string{"create"})
+		})
+	}) {
+		t.Error("secret service cannot create TokenReviews")
+	}
+	if len(o.services) != 1 {
+		t.Errorf("%d Services, want the secret service's", len(o.services))
+	}
+}
+
+// mountedSource is the volume that holds file in ctr.
+func mountedSource(t *testing.T, spec *corev1.PodSpec, ctr *corev1.Container, file string) *corev1.VolumeSource {
+	t.Helper()
+	for _, m := range ctr.VolumeMounts {
+		if path.Dir(file) == m.MountPath {
+			if v := volume(spec, m.Name); v != nil {
+				return &v.VolumeSource
+			}
+		}
+	}
+	return nil
+}
+
+// The decoder refuses what the API server would: a misspelled field fails.
+func TestStrictDecodingRefusesUnknownFields(t *testing.T) {
+	node := render(t, "")["node.yaml"]
+	if _, err := decode("node.yaml", node); err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(node, "mountPropagation: Bidirectional", "mountPropogation: Bidirectional", 1)
+	if broken == node {
+		t.Fatal("no mountPropagation in node.yaml")
+	}
+	_, err := decode("node.yaml", broken)
+	if err == nil || !runtime.IsStrictDecodingError(unwrapAll(err)) || !strings.Contains(err.Error(), "mountPropogation") {
+		t.Fatalf("a misspelled field decoded: %v", err)
+	}
+}
+
+func unwrapAll(err error) error {
+	for {
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok || u.Unwrap() == nil {
+			return err
+		}
+		err = u.Unwrap()
+	}
+}
+
+func TestChartRefuses(t *testing.T) {
+	for name, values := range map[string]string{
+		"provisioner secret": `
+storageClasses:
+  - name: x
+    parameters: {csi.storage.k8s.io/provisioner-secret-name: s}`,
+		"relative kubelet dir": "kubeletDir: var/lib/kubelet",
+		"bad driver name":      "driverName: CSI_rclone",
+		"two CA sources":       "secretService: {endpoint: grpcs://x:1, ca: {configMap: a, secret: b}}",
+	} {
+		if _, err := deploy.Render(chartDir, []byte(values), deploy.ReleaseNamespace); err == nil {
+			t.Errorf("%s: rendered", name)
+		}
+	}
+}
+
+// deploy/kubernetes is the chart rendered with its defaults.
+func TestManifestsUpToDate(t *testing.T) {
+	want, err := deploy.Manifests(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readDir(t, "kubernetes")
+	for name, text := range want {
+		if got[name] != text {
+			t.Errorf("kubernetes/%s differs from the chart: run make manifests", name)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("kubernetes/%s is not rendered from the chart: run make manifests", name)
+		}
+	}
+	decodeFiles(t, got)
+}
