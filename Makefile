@@ -64,3 +64,10 @@ clean:
 .PHONY: manifests
 manifests:
 	$(GO) run ./deploy/render -chart deploy/helm/csi-rclone -out deploy/kubernetes
+
+# Benchmarks against S3 on loopback, each figure next to a baseline measured
+# in the same run; ends with one markdown table (docs/benchmarks.md).
+# BENCHFLAGS=-quick for a short run; go run ./test/bench/report -h for more.
+.PHONY: bench
+bench: fuse-conf
+	GO=$(GO) $(GO) run ./test/bench/report $(BENCHFLAGS)

@@ -1,0 +1,350 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/csi-rclone/csi-rclone/test/bench/benchkit"
+)
+
+// ioBuf is the buffer size of sequential reads and writes, as dd bs=1M.
+const ioBuf = 1 << 20
+
+// ioTimeout bounds each read or write phase, uploadTimeout the wait for a
+// written file to reach the bucket.
+const (
+	ioTimeout     = 10 * time.Minute
+	uploadTimeout = 10 * time.Minute
+)
+
+// within runs f in a goroutine and fails the benchmark if it has not
+// returned within d. A hung FUSE call cannot be cancelled; it returns when
+// the clean-up kills the mount's process.
+func within(b *testing.B, d time.Duration, what string, f func() error) {
+	b.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			b.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(d):
+		b.Fatalf("%s: not done within %s", what, d)
+	}
+}
+
+// pattern is random data that writes repeat; 4 MiB, so that nothing on
+// the way can deduplicate it cheaply.
+var pattern = func() []byte {
+	p := make([]byte, 4<<20)
+	r := rand.NewChaCha8([32]byte{'c', 's', 'i'})
+	_, _ = r.Read(p)
+	return p
+}()
+
+// patternReader gives size bytes of pattern.
+type patternReader struct{ off, size int64 }
+
+func (r *patternReader) Read(p []byte) (int, error) {
+	if r.off >= r.size {
+		return 0, io.EOF
+	}
+	n := copy(p, pattern[r.off%int64(len(pattern)):])
+	n = int(min(int64(n), r.size-r.off))
+	r.off += int64(n)
+	return n, nil
+}
+
+func writeFileOf(path string, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyBuffer(f, &patternReader{size: size}, make([]byte, ioBuf)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func mbps(bytes int64, d time.Duration) float64 { return float64(bytes) / 1e6 / d.Seconds() }
+
+// reportThroughput reports MB/s (10^6 bytes/s, as Go's own MB/s) and the
+// time as ns/op.
+func reportThroughput(b *testing.B, bytes int64, d time.Duration) {
+	b.ReportMetric(float64(d.Nanoseconds()), "ns/op")
+	b.ReportMetric(mbps(bytes, d), "MB/s")
+}
+
+// readThrough reads a file sequentially with 1 MiB reads and times it from
+// open to close.
+func readThrough(b *testing.B, path string, want int64) time.Duration {
+	b.Helper()
+	var took time.Duration
+	within(b, ioTimeout, "reading "+path, func() error {
+		start := time.Now()
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		var c countingWriter
+		_, err = io.CopyBuffer(&c, f, make([]byte, ioBuf))
+		f.Close()
+		took = time.Since(start)
+		if err == nil && c.n != want {
+			err = fmt.Errorf("read %d bytes, want %d", c.n, want)
+		}
+		return err
+	})
+	return took
+}
+
+// rcloneCmd is an rclone command on this env's S3 server; it is killed
+// after ioTimeout.
+func (e *env) rcloneCmd(args ...string) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	e.b.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, e.rclone, append([]string{"--config", e.conf}, args...)...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + e.dir}
+	return cmd
+}
+
+// publishOne stages a volume of remotePath and publishes it to one pod.
+func (e *env) publishOne(b *testing.B, remotePath string) string {
+	b.Helper()
+	v := e.volumeOf("pv-"+remotePath, remotePath, remotePath)
+	e.stage(b, v)
+	target, _ := e.publish(b, v, "pod-"+remotePath)
+	return target
+}
+
+// BenchmarkSeqRead: read a -bench.file-mib file (1 GiB) sequentially
+// through a published target, through plain `rclone mount` (and `rclone
+// mount2`, the FUSE library the driver uses) with the same VFS options,
+// and with `rclone cat` straight from the S3 server: the backend's limit.
+// Each reads a cold mount; the server's file is in the page cache for all.
+func BenchmarkSeqRead(b *testing.B) {
+	size := int64(*flagFileMiB) << 20
+	e := newEnv(b, "seqread", func(s3dir string) error {
+		if err := os.MkdirAll(filepath.Join(s3dir, "big"), 0o755); err != nil {
+			return err
+		}
+		return writeFileOf(filepath.Join(s3dir, "big", "big.bin"), size)
+	})
+
+	// The server hashes an object (its ETag) at its first GET, reading it
+	// whole, and keeps the hash: a one-byte GET first, so that no variant
+	// pays for it.
+	warm := e.rcloneCmd("cat", "--count", "1", remoteName+":big/big.bin")
+	if out, err := warm.CombinedOutput(); err != nil {
+		b.Fatalf("rclone cat --count 1: %v: %s", err, out)
+	}
+
+	b.Run("rclone-cat", func(b *testing.B) {
+		// Straight into /dev/null: no copy through this process, which
+		// serves S3 too. rclone cat fails on a short read.
+		devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer devNull.Close()
+		cmd := e.rcloneCmd("cat", remoteName+":big/big.bin")
+		cmd.Stdout, cmd.Stderr = devNull, os.Stderr
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			b.Fatal(err)
+		}
+		reportThroughput(b, size, time.Since(start))
+	})
+
+	b.Run("csi-rclone", func(b *testing.B) {
+		e.startDriver(b)
+		defer e.stopDriver()
+		target := e.publishOne(b, "big")
+		reportThroughput(b, size, readThrough(b, filepath.Join(target, "big.bin"), size))
+	})
+
+	for _, cmdName := range []string{"mount", "mount2"} {
+		b.Run("rclone-"+cmdName, func(b *testing.B) {
+			defer e.unmountAll()
+			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain-"+cmdName), cmdName)
+			reportThroughput(b, size, readThrough(b, filepath.Join(m.path, "big.bin"), size))
+		})
+	}
+}
+
+// BenchmarkSeqWrite: write a -bench.file-mib file sequentially with 1 MiB
+// writes through a published target and through plain rclone mounts, timed
+// until close returns (MB/s: the VFS cache takes it; rclone uploads after
+// its write-back delay, 5s by default) and until the object is complete in
+// the bucket (synced-MB/s); against `rclone rcat` into the bucket.
+func BenchmarkSeqWrite(b *testing.B) {
+	size := int64(*flagFileMiB) << 20
+	e := newEnv(b, "seqwrite", func(s3dir string) error {
+		return os.MkdirAll(filepath.Join(s3dir, "big"), 0o755)
+	})
+	object := func(name string) string { return e.s3.Object("big", name) }
+
+	b.Run("rclone-rcat", func(b *testing.B) {
+		cmd := e.rcloneCmd("rcat", remoteName+":big/rcat.bin")
+		cmd.Stdin = &patternReader{size: size}
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(start)
+		if fi, err := os.Stat(object("rcat.bin")); err != nil || fi.Size() != size {
+			b.Fatalf("rcat.bin in the bucket: %v %v", fi, err)
+		}
+		_ = os.Remove(object("rcat.bin"))
+		reportThroughput(b, size, took)
+	})
+
+	writeAndSync := func(b *testing.B, dir, name string) {
+		path := filepath.Join(dir, name)
+		start := time.Now()
+		within(b, ioTimeout, "writing "+path, func() error { return writeFileOf(path, size) })
+		closed := time.Since(start)
+		deadline := time.Now().Add(uploadTimeout)
+		for {
+			if fi, err := os.Stat(object(name)); err == nil && fi.Size() == size {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%s did not reach the bucket within %s", name, uploadTimeout)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		synced := time.Since(start)
+		reportThroughput(b, size, closed)
+		b.ReportMetric(mbps(size, synced), "synced-MB/s")
+		b.ReportMetric(synced.Seconds(), "synced-s")
+		// Delete it through the mount, as a user would, and make sure.
+		within(b, ioTimeout, "removing "+path, func() error { return os.Remove(path) })
+		_ = os.Remove(object(name))
+	}
+
+	b.Run("csi-rclone", func(b *testing.B) {
+		e.startDriver(b)
+		defer e.stopDriver()
+		writeAndSync(b, e.publishOne(b, "big"), "written-by-csi-rclone.bin")
+	})
+
+	for _, cmdName := range []string{"mount", "mount2"} {
+		b.Run("rclone-"+cmdName, func(b *testing.B) {
+			defer e.unmountAll()
+			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain-"+cmdName), cmdName)
+			writeAndSync(b, m.path, "written-by-rclone-"+cmdName+".bin")
+		})
+	}
+}
+
+// BenchmarkSmallFiles: list a directory of -bench.objects objects (ls:
+// readdir; ls -l: readdir, then lstat of each), then read -bench.reads of
+// its files of -bench.small-kib KiB one after the other, through a
+// published target and through a plain rclone mount, each cold. The
+// objects are created in the S3 server's directory before it starts.
+func BenchmarkSmallFiles(b *testing.B) {
+	n, k, sz := *flagObjects, min(*flagReads, *flagObjects), *flagSmallKB<<10
+	if sz <= 0 || sz > len(pattern)/2 || n <= 0 || k <= 0 {
+		b.Fatalf("-bench.small-kib must be in (0, %d], -bench.objects and -bench.reads above 0", len(pattern)/2>>10)
+	}
+	e := newEnv(b, "small", func(s3dir string) error {
+		dir := filepath.Join(s3dir, "small", "d")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			off := i * sz % (len(pattern) - sz)
+			data := pattern[off : off+sz]
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f-%05d.bin", i)), data, 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// The server lists its directory once for all: a first listing through
+	// S3 that neither mount pays for.
+	lsf := e.rcloneCmd("lsf", remoteName+":small/d")
+	if out, err := lsf.Output(); err != nil {
+		b.Fatalf("rclone lsf: %v", err)
+	} else if lines := len(splitLines(string(out))); lines != n {
+		b.Fatalf("rclone lsf lists %d objects, want %d", lines, n)
+	}
+
+	measure := func(b *testing.B, mnt string) {
+		dir := filepath.Join(mnt, "d")
+		var list, stat, all time.Duration
+		var took []time.Duration
+		within(b, ioTimeout, "small files through "+mnt, func() error {
+			start := time.Now()
+			entries, err := os.ReadDir(dir)
+			list = time.Since(start)
+			if err != nil || len(entries) != n {
+				return fmt.Errorf("readdir: %d entries, %v", len(entries), err)
+			}
+			start = time.Now()
+			for _, en := range entries {
+				if _, err := os.Lstat(filepath.Join(dir, en.Name())); err != nil {
+					return err
+				}
+			}
+			stat = time.Since(start)
+			start = time.Now()
+			for i := 0; i < k; i++ {
+				t0 := time.Now()
+				data, err := os.ReadFile(filepath.Join(dir, entries[i*n/k].Name()))
+				took = append(took, time.Since(t0))
+				if err != nil || len(data) != sz {
+					return fmt.Errorf("read: %d bytes, %v", len(data), err)
+				}
+			}
+			all = time.Since(start)
+			return nil
+		})
+		b.ReportMetric(float64(all.Nanoseconds())/float64(k), "ns/op")
+		b.ReportMetric(benchkit.Ms(list), "ls-ms")
+		b.ReportMetric(benchkit.Ms(list+stat), "ls-l-ms")
+		b.ReportMetric(float64(k)/all.Seconds(), "files/s")
+		b.ReportMetric(benchkit.Ms(benchkit.Percentile(took, 0.50)), "p50-ms")
+		b.ReportMetric(benchkit.Ms(benchkit.Percentile(took, 0.95)), "p95-ms")
+	}
+
+	b.Run("csi-rclone", func(b *testing.B) {
+		e.startDriver(b)
+		defer e.stopDriver()
+		measure(b, e.publishOne(b, "small"))
+	})
+
+	b.Run("rclone-mount", func(b *testing.B) {
+		defer e.unmountAll()
+		m, _ := e.rcloneMount(b, "small", filepath.Join(e.dir, "plain"), "mount")
+		measure(b, m.path)
+	})
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}

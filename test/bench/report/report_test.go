@@ -1,0 +1,42 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/csi-rclone/csi-rclone/test/bench/benchkit"
+)
+
+const sample = `goos: linux
+BenchmarkNodeStageVolume/csi-rclone-2         	       1	  52809156 ns/op	        50.20 first-ms	        50.85 p50-ms	        58.30 p95-ms	         4.000 samples
+BenchmarkNodeStageVolume/rclone-mount-2       	       1	 117700877 ns/op	       137.5 first-ms	       114.6 p50-ms	       125.4 p95-ms	         4.000 samples
+BenchmarkSecretService/grpc/callers=8-2        	       1	   1106832 ns/op	       903.5 calls/s	         7.859 p50-ms	        20.72 p99-ms
+BenchmarkSecretService/in-process/callers=ncpu-2 	       1	    772154 ns/op	      1295 calls/s	         1.449 p50-ms	        87.96 p99-ms
+BenchmarkNodeStageVolume/csi-rclone-2         	       1	  52809156 ns/op	        52.20 first-ms	        40.85 p50-ms	        58.30 p95-ms	         4.000 samples
+BenchmarkNodeStageVolume/csi-rclone-2         	       1	  52809156 ns/op	        52.20 first-ms	        45.85 p50-ms	        58.30 p95-ms	         4.000 samples
+--- FAIL: BenchmarkSeqRead/csi-rclone
+`
+
+// The table picks each figure and its baseline, the median of repeated
+// runs, and marks what was not measured.
+func TestTable(t *testing.T) {
+	res, err := benchkit.Parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := res.Get("BenchmarkNodeStageVolume/csi-rclone", "p50-ms"); v != 45.85 {
+		t.Errorf("median p50 = %v, want 45.85", v)
+	}
+	var b strings.Builder
+	printTable(&b, res, full)
+	out := b.String()
+	for _, want := range []string{
+		"| 1 | NodeStageVolume p50, ms (20 volumes) | 45.9 | 115 | 0.40× |",
+		"| 7 | Decrypt over gRPC, 8 callers, calls/s | 904 | 1295 | 0.70× |",
+		"| 3 | Sequential read of 1024 MiB, MB/s | — | — | — |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
