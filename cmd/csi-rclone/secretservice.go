@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"flag"
-	"fmt"
-	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/csi-rclone/csi-rclone/pkg/envelope"
@@ -52,30 +48,7 @@ func (f *secretServiceFlags) client(nodeID string) (*client.Client, error) {
 	return client.New(client.Options{Endpoint: f.endpoint, CAFile: f.caFile, Token: token, Timeout: f.timeout})
 }
 
-// encrypt reads a value on stdin and prints it encrypted for the secret
-// service's public key, ready for a Secret. The value is never an argument:
-// arguments are visible to every user of the machine.
+// encrypt is envelope.Command on stdin and stdout.
 func encrypt(args []string) error {
-	fl := flag.NewFlagSet("csi-rclone encrypt", flag.ContinueOnError)
-	pubFile := fl.String("public-key", "", "the secret service's RSA public key (PEM)")
-	if err := fl.Parse(args); err != nil {
-		return err
-	}
-	if *pubFile == "" {
-		return errors.New("--public-key is required; the value is read from stdin")
-	}
-	pub, err := envelope.ReadPublicKey(*pubFile)
-	if err != nil {
-		return err
-	}
-	value, err := io.ReadAll(bufio.NewReader(os.Stdin))
-	if err != nil {
-		return err
-	}
-	ct, err := envelope.Encrypt(pub, []byte(strings.TrimSuffix(string(value), "\n")))
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Println(ct)
-	return err
+	return envelope.Command("csi-rclone encrypt", args, os.Stdin, os.Stdout)
 }

@@ -11,9 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"strings"
 
 	"k8s.io/klog/v2"
 
@@ -50,36 +48,9 @@ func main() {
 	klog.Flush()
 }
 
-// encrypt prints the value on stdin encrypted for the service's public key,
-// ready for a Secret. The value is never an argument: arguments are visible
-// to every user of the machine and land in shell history.
+// encrypt is envelope.Command on stdin and stdout.
 func encrypt(args []string) error {
-	fl := flag.NewFlagSet("encrypt", flag.ContinueOnError)
-	pubFile := fl.String("public-key", "", "the secret service's RSA public key (PEM)")
-	if err := fl.Parse(args); err != nil {
-		return err
-	}
-	if fl.NArg() > 0 {
-		return errors.New("encrypt takes no arguments: the value is read from stdin")
-	}
-	if *pubFile == "" {
-		return errors.New("--public-key is required")
-	}
-	pub, err := envelope.ReadPublicKey(*pubFile)
-	if err != nil {
-		return err
-	}
-	value, err := io.ReadAll(os.Stdin)
-	if err != nil {
-		return fmt.Errorf("reading stdin: %w", err)
-	}
-	// One trailing newline is what echo and a here-doc add; more is data.
-	ct, err := envelope.Encrypt(pub, []byte(strings.TrimSuffix(string(value), "\n")))
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Println(ct)
-	return err
+	return envelope.Command("secret-service encrypt", args, os.Stdin, os.Stdout)
 }
 
 // keygen writes a new RSA key pair: the private key PKCS#8, the public key

@@ -3,12 +3,8 @@ package driver_test
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,22 +40,8 @@ func startSecretServiceEnv(t *testing.T) (*harness.Env, *harness.SecretService, 
 	if why := harness.Supported(); why != "" {
 		t.Skip(why)
 	}
-	serviceKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(signKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(t.TempDir(), "token-key.pem")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	serviceKey, signKey := testpki.RSAKey(t), testpki.ECKey(t)
+	keyFile := testpki.WritePrivateKey(t, t.TempDir(), "token-key.pem", signKey)
 	verifier, err := secretservice.NewJWTVerifier(t.Context(), secretservice.JWTOptions{
 		PublicKeys: []crypto.PublicKey{&signKey.PublicKey}, Issuer: ssIssuer, Audience: ssAudience,
 	})

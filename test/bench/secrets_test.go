@@ -3,12 +3,6 @@ package bench
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/csi-rclone/csi-rclone/test/testpki"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -49,22 +45,8 @@ func BenchmarkSecretService(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(ecKey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	keyFile := filepath.Join(dir, "signing-key.pem")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	rsaKey, ecKey := testpki.RSAKey(b), testpki.ECKey(b)
+	keyFile := testpki.WritePrivateKey(b, dir, "signing-key.pem", ecKey)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	verifier, err := secretservice.NewJWTVerifier(ctx, secretservice.JWTOptions{
