@@ -47,7 +47,12 @@ driverName: rclone.csi.example.org
 kubeletDir: /var/lib/k0s/kubelet/
 node:
   metrics: {enabled: true, port: 9191}
-  tenantAllowBackends: [sftp, ftp]
+tenant:
+  allowBackends: [sftp, ftp]
+  denyNetworks: [127.0.0.0/8, 10.96.0.0/12]
+  limits: {maxCacheSize: 50Gi, defaultCacheSize: 10Gi, maxReadAhead: 1Gi, maxChunkSize: 64Mi, maxBufferSize: 128Mi, maxStreams: 4, maxValueBytes: 8192, maxSecretBytes: 32768}
+networkPolicy:
+  denyCIDRs: [10.244.0.0/16, 10.96.0.0/12, "fd00:10:96::/112"]
 secretService:
   ca: {configMap: secret-service-ca, key: ca.pem}
   token: {audience: rclone-decrypt, expirationSeconds: 600}
@@ -116,6 +121,7 @@ func TestChart(t *testing.T) {
 			checkResources(t, o)
 			checkImages(t, o)
 			checkSecretService(t, o, c)
+			checkTenant(t, o, c)
 		})
 	}
 }
@@ -541,4 +547,74 @@ func TestManifestsUpToDate(t *testing.T) {
 		}
 	}
 	decodeFiles(t, got)
+}
+
+// The node plugin and the controller get the same tenant policy, and the
+// node plugin's egress is kept from link-local and the denied CIDRs.
+func checkTenant(t *testing.T, o *objects, c chartCase) {
+	want := map[string]string{
+		"tenant-deny-networks":    "127.0.0.0/8,::1/128",
+		"tenant-max-cache-size":   "20Gi",
+		"default-cache-size":      "5Gi",
+		"tenant-max-streams":      "8",
+		"tenant-max-secret-bytes": "65536",
+	}
+	if c.name == "k0s-secret-service" {
+		want = map[string]string{
+			"tenant-allow-backends": "sftp,ftp",
+			"tenant-deny-networks":  "127.0.0.0/8,10.96.0.0/12",
+			"tenant-max-cache-size": "50Gi",
+			"default-cache-size":    "10Gi",
+			"tenant-max-chunk-size": "64Mi",
+			"tenant-max-streams":    "4",
+		}
+	}
+	for name, spec := range o.podSpecs() {
+		p := container(spec, "csi-rclone")
+		if p == nil || strings.HasPrefix(name, "Pod ") {
+			continue
+		}
+		for f, v := range want {
+			if got, _ := flag(p.Args, f); got != v {
+				t.Errorf("%s: --%s=%q, want %q", name, f, got, v)
+			}
+		}
+	}
+	if len(o.netpols) != 1 {
+		t.Fatalf("%d NetworkPolicies, want 1", len(o.netpols))
+	}
+	np := o.netpols[0]
+	ds := o.daemonSets[0]
+	for k, v := range np.Spec.PodSelector.MatchLabels {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("NetworkPolicy selects %s=%s, which the node pods do not have", k, v)
+		}
+	}
+	if len(np.Spec.PolicyTypes) != 1 || np.Spec.PolicyTypes[0] != "Egress" {
+		t.Errorf("NetworkPolicy types %v, want Egress only", np.Spec.PolicyTypes)
+	}
+	var except []string
+	for _, r := range np.Spec.Egress {
+		for _, peer := range r.To {
+			if peer.IPBlock != nil {
+				except = append(except, peer.IPBlock.Except...)
+			}
+		}
+	}
+	wantExcept := []string{"169.254.0.0/16", "fe80::/10"}
+	if c.name == "k0s-secret-service" {
+		wantExcept = append(wantExcept, "10.244.0.0/16", "10.96.0.0/12", "fd00:10:96::/112")
+	}
+	for _, w := range wantExcept {
+		if !slices.Contains(except, w) {
+			t.Errorf("NetworkPolicy egress does not except %s: %v", w, except)
+		}
+	}
+}
+
+func TestChartNetworkPolicyOff(t *testing.T) {
+	o := decodeFiles(t, render(t, "networkPolicy: {enabled: false}\n"))
+	if len(o.netpols) != 0 {
+		t.Errorf("%d NetworkPolicies with networkPolicy.enabled=false", len(o.netpols))
+	}
 }

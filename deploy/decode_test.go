@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -67,6 +68,7 @@ type objects struct {
 	pvcs            []*corev1.PersistentVolumeClaim
 	pvs             []*corev1.PersistentVolume
 	pods            []*corev1.Pod
+	netpols         []*networkingv1.NetworkPolicy
 }
 
 func decodeFiles(t *testing.T, files map[string]string) *objects {
@@ -115,6 +117,8 @@ func (o *objects) add(t *testing.T, file string, obj runtime.Object) {
 		o.pvs = append(o.pvs, v)
 	case *corev1.Pod:
 		o.pods = append(o.pods, v)
+	case *networkingv1.NetworkPolicy:
+		o.netpols = append(o.netpols, v)
 	default:
 		t.Fatalf("%s: unexpected %T", file, obj)
 	}

@@ -7,8 +7,9 @@ import (
 )
 
 // FuzzParse checks what Parse promises whatever the tenant writes: no panic,
-// errors that wrap ErrInvalid, and on success a config that cannot smuggle a
-// line, a denied backend or a path out of its base.
+// errors that wrap ErrInvalid, and on success a config that holds only
+// option names rclone registers for each section's backend, and cannot
+// smuggle a line, a denied backend or a path out of its base.
 func FuzzParse(f *testing.F) {
 	crypt := s3Conf + "[enc]\ntype = crypt\nremote = s3remote:bucket/enc\npassword = p\n"
 	for _, s := range [][5]string{
@@ -26,6 +27,9 @@ func FuzzParse(f *testing.F) {
 		{"x = y\n" + s3Conf, "s3remote", "", "", ""},
 		{"[DEFAULT]\ntype = local\n" + s3Conf, "s3remote", "", "", ""},
 		{s3Conf + "endpoint = %(secret_access_key)s\n", "s3remote", "a/b/../c", "null", "{}"},
+		{s3Conf + "global.metadata_mapper = sh -c id\noverride.ca_cert = /etc/x\n", "s3remote", "", `{"vfs_cache_max_size":"off"}`, ""},
+		{"[m]\ntype = memory\n", "m", "", `{"CacheMaxSize":1099511627776}`, `{"devname":"x"}`},
+		{s3Conf + "Endpoint = x\nbearer_token = t\n", "s3remote", "", `{"cachemode":"full"}`, `{"AllowOther":true}`},
 	} {
 		f.Add(s[0], s[1], s[2], s[3], s[4])
 	}
@@ -52,12 +56,16 @@ func FuzzParse(f *testing.F) {
 			if bad(name) {
 				t.Fatalf("section name %q", name)
 			}
-			if typ := section["type"]; typ == "local" || typ == "cache" {
+			typ := section["type"]
+			if typ == "local" || typ == "cache" || typ == "memory" {
 				t.Fatalf("section %q has type %q", name, typ)
 			}
 			for key, value := range section {
 				if bad(key) || bad(value) {
 					t.Fatalf("section %q option %q = %q", name, key, value)
+				}
+				if _, ok := backendOptions(typ)[key]; key != "type" && !ok {
+					t.Fatalf("section %q (%s) holds %q, which is not an option rclone registers for it", name, typ, key)
 				}
 			}
 		}
@@ -69,12 +77,18 @@ func FuzzParse(f *testing.F) {
 		if bad(v.Path) {
 			t.Fatalf("path %q", v.Path)
 		}
-		for _, opts := range []map[string]string{v.VFSOpt, v.MountOpt} {
+		for i, opts := range []map[string]string{v.VFSOpt, v.MountOpt} {
 			for name, value := range opts {
 				if bad(name) || bad(value) {
 					t.Fatalf("option %q = %q", name, value)
 				}
+				if o, ok := []structOptions{vfsOptions, mountOptions}[i][name]; !ok || o.name != name {
+					t.Fatalf("option %q is not rclone's config name of an option", name)
+				}
 			}
+		}
+		if size := v.VFSOpt["vfs_cache_max_size"]; size == "" || size == "off" || strings.HasPrefix(size, "-") {
+			t.Fatalf("cache size %q is not bounded", size)
 		}
 	})
 }

@@ -1,35 +1,43 @@
 package secrets
 
 import (
+	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
-	"github.com/rclone/rclone/cmd/mountlib"
 	"github.com/rclone/rclone/fs"
-	"github.com/rclone/rclone/fs/config/configstruct"
-	"github.com/rclone/rclone/vfs/vfscommon"
-
-	_ "github.com/rclone/rclone/backend/all" // the registry that types and options are checked against
 )
 
 // Policy says what a tenant may put in a stage secret. The zero value is the
-// default: every backend and option except those that run commands, read or
-// write node files, or borrow the node's own identity. An operator widens it
-// with AllowBackends and AllowOptions (see SECURITY.md).
+// default: only options that rclone registers for the section's backend,
+// minus those that run commands, read or write node files, or borrow the
+// node's own identity; every resource bounded by the default Limits; no
+// remote at a link-local or metadata address. An operator widens it with
+// AllowBackends and AllowOptions and narrows it with DenyNetworks (see
+// SECURITY.md).
 type Policy struct {
 	// AllowBackends lists denied backend types the operator allows anyway.
 	AllowBackends []string
-	// AllowOptions lists denied option names the operator allows anyway.
+	// AllowOptions lists denied option names the operator allows anyway,
+	// and denied values as "option=value".
 	AllowOptions []string
+	// Limits bound each volume's resources; zero fields take the defaults.
+	Limits Limits
+	// DenyNetworks are refused as remote addresses, beside
+	// DefaultDeniedNetworks.
+	DenyNetworks []netip.Prefix
 }
 
-// deniedBackends touch the node's own filesystem.
-var deniedBackends = []string{"local", "cache"}
+// deniedBackends touch the node's own filesystem or memory: "memory" keeps
+// every byte written in the worker's memory, which a node shares.
+var deniedBackends = []string{"local", "cache", "memory"}
 
-// deniedOptions run a command, name a node file, or use the node's identity.
+// deniedOptions run a command, name a node file, reach a node-local service
+// or use the node's identity.
 var deniedOptions = []string{
-	"ssh", "env_auth", "use_msi", "use_az", "key_use_agent", "use_kerberos",
-	"profile", "config_profile", "unix_socket",
+	"ssh", "set_env", "env_auth", "use_msi", "use_az", "key_use_agent", "use_kerberos",
+	"profile", "config_profile", "unix_socket", "use_emulator", "service_principal_name",
 }
 
 // deniedOptionSuffixes and prefixes catch whole families of such options
@@ -40,13 +48,22 @@ var (
 	deniedOptionPrefixes = []string{"msi_"}
 )
 
+// deniedValues are values of an option that borrow the node's identity or
+// read its files: per backend type, option, the refused values.
+var deniedValues = map[string]map[string][]string{
+	"oracleobjectstorage": {"provider": {"env_auth", "user_principal_auth", "instance_principal_auth", "workload_identity_auth", "resource_principal_auth"}},
+}
+
 // referenceOptions name other remotes, in wrapping backends (alias, crypt,
 // union, combine, chunker, ...). They may only name sections of the same
 // config, never a local path or an on-the-fly ":backend,opt=value:" remote.
 var referenceOptions = []string{"remote", "upstreams"}
 
-// mount options a tenant may not set: they daemonise, or pass raw FUSE flags.
-var deniedMountOptions = []string{"daemon", "daemon_wait", "daemon_timeout", "option", "fuse_flag", "debug_fuse", "allow_non_empty"}
+// mount options a tenant may not set: they daemonise, pass raw FUSE flags,
+// map ids, or name the mount's source in mountinfo (which recovery reads).
+var deniedMountOptions = []string{"daemon", "daemon_wait", "daemon_timeout", "option", "fuse_flag", "debug_fuse", "allow_non_empty", "allow_idmap", "devname"}
+
+func (p *Policy) limits() Limits { return p.Limits.WithDefaults() }
 
 func (p *Policy) backendAllowed(typ string) bool {
 	return !slices.Contains(deniedBackends, typ) || slices.Contains(p.AllowBackends, typ)
@@ -72,6 +89,102 @@ func (p *Policy) optionAllowed(name string) bool {
 	return true
 }
 
+func (p *Policy) valueAllowed(typ, name, value string) bool {
+	if !slices.Contains(deniedValues[typ][name], strings.TrimSpace(value)) {
+		return true
+	}
+	return slices.Contains(p.AllowOptions, name+"="+strings.TrimSpace(value))
+}
+
+// checkOption checks one key of a section of backend typ: registered by the
+// backend, not of a denied family, within the limits, at no denied address.
+func (p *Policy) checkOption(section, typ, key, value string) error {
+	if key == "type" {
+		return nil
+	}
+	if l := p.limits(); len(value) > l.ValueBytes {
+		return invalidf("section %q: option %q is %d bytes, above the %d this cluster allows", section, key, len(value), l.ValueBytes)
+	}
+	o, ok := backendOptions(typ)[key]
+	if !ok {
+		return invalidf("section %q: %q is not an option of backend %q (options are spelled as rclone registers them)", section, key, typ)
+	}
+	if !p.optionAllowed(key) {
+		return invalidf("section %q: option %q is not allowed on this cluster", section, key)
+	}
+	if !p.valueAllowed(typ, key, value) {
+		return invalidf("section %q: option %q may not be %q on this cluster", section, key, strings.TrimSpace(value))
+	}
+	if err := p.limits().checkLimit(fmt.Sprintf("section %q", section), o, value); err != nil {
+		return err
+	}
+	return p.checkAddress(section, key, value)
+}
+
+// checkSizes bounds the request before anything is parsed: each value (the
+// whole of configData aside), and the secret and volume context together.
+func (p *Policy) checkSizes(src Source) error {
+	l := p.limits()
+	total := 0
+	for _, m := range []map[string]string{src.Secret, src.VolumeContext} {
+		for k, v := range m {
+			total += len(k) + len(v)
+			if k != KeyConfigData && len(v) > l.ValueBytes {
+				return invalidf("the value of %q is %d bytes, above the %d this cluster allows", k, len(v), l.ValueBytes)
+			}
+		}
+	}
+	if total > l.SecretBytes {
+		return invalidf("the stage secret and volume context are %d bytes, above the %d this cluster allows", total, l.SecretBytes)
+	}
+	return nil
+}
+
+// checkNames checks, before any value is decrypted, that every section has
+// a known and allowed backend and that every key, and every override the
+// secret gives for the mounted remote, is an allowed option of it.
+func (p *Policy) checkNames(cfg Config, remote string, overrides map[string]string) error {
+	check := func(section, typ, key string) error {
+		if key == "type" {
+			return nil
+		}
+		if _, ok := backendOptions(typ)[key]; !ok {
+			return invalidf("section %q: %q is not an option of backend %q (options are spelled as rclone registers them)", section, key, typ)
+		}
+		if !p.optionAllowed(key) {
+			return invalidf("section %q: option %q is not allowed on this cluster", section, key)
+		}
+		return nil
+	}
+	for _, name := range sortedKeys(cfg) {
+		typ := cfg[name]["type"]
+		if typ == "" {
+			return invalidf("section %q has no type", name)
+		}
+		if backendOptions(typ) == nil {
+			return invalidf("section %q: unknown backend type %q", name, typ)
+		}
+		if !p.backendAllowed(typ) {
+			return invalidf("section %q: backend type %q is not allowed on this cluster", name, typ)
+		}
+		for _, key := range sortedKeys(cfg[name]) {
+			if err := check(name, typ, key); err != nil {
+				return err
+			}
+		}
+	}
+	typ := cfg[remote]["type"]
+	for _, key := range sortedKeys(overrides) {
+		if _, ok := backendOptions(typ)[key]; !ok {
+			return invalidf("secret key %q is neither a known key nor an option of backend %q", key, typ)
+		}
+		if err := check(remote, typ, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkConfig validates every section reachable or not from root: a tenant
 // could otherwise hide a denied section that another option later names.
 func (p *Policy) checkConfig(cfg Config, root string) error {
@@ -82,15 +195,15 @@ func (p *Policy) checkConfig(cfg Config, root string) error {
 		if typ == "" {
 			return invalidf("section %q has no type", name)
 		}
-		if _, err := fs.Find(typ); err != nil {
+		if _, err := fs.Find(typ); err != nil || backendOptions(typ) == nil {
 			return invalidf("section %q: unknown backend type %q", name, typ)
 		}
 		if !p.backendAllowed(typ) {
 			return invalidf("section %q: backend type %q is not allowed on this cluster", name, typ)
 		}
 		for _, key := range sortedKeys(section) {
-			if !p.optionAllowed(key) {
-				return invalidf("section %q: option %q is not allowed on this cluster", name, key)
+			if err := p.checkOption(name, typ, key, section[key]); err != nil {
+				return err
 			}
 			if slices.Contains(referenceOptions, key) {
 				names, err := referencedRemotes(cfg, name, key, section[key])
@@ -98,6 +211,11 @@ func (p *Policy) checkConfig(cfg Config, root string) error {
 					return err
 				}
 				refs[name] = append(refs[name], names...)
+			}
+		}
+		for _, o := range sortedKeys(backendOptions(typ)) {
+			if backendOptions(typ)[o].required && strings.TrimSpace(section[o]) == "" {
+				return invalidf("section %q: backend %q requires option %q", name, typ, o)
 			}
 		}
 	}
@@ -181,53 +299,15 @@ func checkNoCycle(refs map[string][]string, root string) error {
 	return nil
 }
 
-// optionNames maps every accepted spelling of an rclone option (snake_case
-// config name, Go field name in any case) to its config name.
-func optionNames(opt any) map[string]string {
-	items, err := configstruct.Items(opt)
-	if err != nil {
-		panic(err) // rclone's own option structs: a bug, not input
-	}
-	names := map[string]string{}
-	for _, it := range items {
-		names[it.Name] = it.Name
-		names[strings.ToLower(it.Field)] = it.Name
-	}
-	return names
+func (p *Policy) checkVFSOption(o backendOption, value string) error {
+	return p.limits().checkLimit(KeyVFSOpt, o, value)
 }
 
-var (
-	vfsOptionNames   = optionNames(&vfscommon.Options{})
-	mountOptionNames = optionNames(&mountlib.Options{})
-)
-
-func canonicalOption(names map[string]string, key, name string) (string, error) {
-	if c, ok := names[name]; ok {
-		return c, nil
+func (p *Policy) checkMountOption(o backendOption, value string) error {
+	if slices.Contains(deniedMountOptions, o.name) && !slices.Contains(p.AllowOptions, o.name) {
+		return invalidf("%s: option %q is not allowed on this cluster", KeyMountOpt, o.name)
 	}
-	if c, ok := names[strings.ToLower(name)]; ok {
-		return c, nil
-	}
-	// rclone's flag spelling: --vfs-cache-mode
-	if c, ok := names[strings.ReplaceAll(strings.TrimPrefix(name, "--"), "-", "_")]; ok {
-		return c, nil
-	}
-	return "", invalidf("%s: unknown option %q", key, name)
-}
-
-func (p *Policy) checkVFSOption(name, _ string) (string, error) {
-	return canonicalOption(vfsOptionNames, KeyVFSOpt, name)
-}
-
-func (p *Policy) checkMountOption(name, _ string) (string, error) {
-	c, err := canonicalOption(mountOptionNames, KeyMountOpt, name)
-	if err != nil {
-		return "", err
-	}
-	if slices.Contains(deniedMountOptions, c) && !slices.Contains(p.AllowOptions, c) {
-		return "", invalidf("%s: option %q is not allowed on this cluster", KeyMountOpt, name)
-	}
-	return c, nil
+	return p.limits().checkLimit(KeyMountOpt, o, value)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

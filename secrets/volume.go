@@ -101,6 +101,9 @@ func Build(ctx context.Context, src Source, policy *Policy, dec Decrypter) (*Vol
 	if policy == nil {
 		policy = &Policy{}
 	}
+	if err := policy.checkSizes(src); err != nil {
+		return nil, err
+	}
 	get := func(key string) string {
 		if v, ok := src.Secret[key]; ok {
 			return v
@@ -124,6 +127,11 @@ func Build(ctx context.Context, src Source, policy *Policy, dec Decrypter) (*Vol
 	}
 	overrides, err := optionOverrides(src.Secret)
 	if err != nil {
+		return nil, err
+	}
+	// Names first: nothing is sent to the secret service for a config that
+	// would be refused anyway.
+	if err := policy.checkNames(cfg, remote, overrides); err != nil {
 		return nil, err
 	}
 	secretValues, err := decrypt(ctx, src, cfg, overrides, dec)
@@ -151,13 +159,20 @@ func Build(ctx context.Context, src Source, policy *Policy, dec Decrypter) (*Vol
 	if err := policy.checkConfig(cfg, remote); err != nil {
 		return nil, err
 	}
-	vfsOpt, err := parseOptions(KeyVFSOpt, get(KeyVFSOpt), policy.checkVFSOption)
+	vfsOpt, err := parseOptions(KeyVFSOpt, get(KeyVFSOpt), vfsOptions, policy.checkVFSOption)
 	if err != nil {
 		return nil, err
 	}
-	mountOpt, err := parseOptions(KeyMountOpt, get(KeyMountOpt), policy.checkMountOption)
+	mountOpt, err := parseOptions(KeyMountOpt, get(KeyMountOpt), mountOptions, policy.checkMountOption)
 	if err != nil {
 		return nil, err
+	}
+	// rclone's own default is an unbounded cache: every volume gets one.
+	if _, ok := vfsOpt["vfs_cache_max_size"]; !ok {
+		if vfsOpt == nil {
+			vfsOpt = map[string]string{}
+		}
+		vfsOpt["vfs_cache_max_size"] = policy.limits().DefaultCacheSize.String()
 	}
 	return &Volume{Config: cfg, Remote: remote, Path: remotePath, VFSOpt: vfsOpt, MountOpt: mountOpt, Secrets: secretValues}, nil
 }
@@ -260,9 +275,11 @@ func cleanRemotePath(p string) (string, error) {
 }
 
 // parseOptions reads a JSON object of rclone options. Values may be JSON
-// strings, numbers or booleans; names may be rclone's snake_case names or
-// the Go field names that rclone's rc API accepts (Renku writes these).
-func parseOptions(key, data string, check func(name, value string) (string, error)) (map[string]string, error) {
+// strings, numbers or booleans; names are rclone's snake_case names or the
+// Go field names that rclone's rc API accepts (Renku writes these). A JSON
+// number for a size means bytes, as in rclone's rc API (a bare number in
+// rclone's own syntax means KiB).
+func parseOptions(key, data string, opts structOptions, check func(o backendOption, value string) error) (map[string]string, error) {
 	if strings.TrimSpace(data) == "" {
 		return nil, nil
 	}
@@ -274,12 +291,19 @@ func parseOptions(key, data string, check func(name, value string) (string, erro
 	}
 	out := make(map[string]string, len(raw))
 	for _, name := range slices.Sorted(maps.Keys(raw)) {
+		o, err := opts.lookup(key, name)
+		if err != nil {
+			return nil, err
+		}
 		var value string
 		switch v := raw[name].(type) {
 		case string:
 			value = v
 		case json.Number:
 			value = v.String()
+			if o.kind == kindSize {
+				value += "B"
+			}
 		case bool:
 			value = fmt.Sprint(v)
 		default:
@@ -288,11 +312,13 @@ func parseOptions(key, data string, check func(name, value string) (string, erro
 		if strings.ContainsAny(value, "\r\n\x00") {
 			return nil, invalidf("%s option %q contains a line break", key, name)
 		}
-		canonical, err := check(name, value)
-		if err != nil {
+		if _, dup := out[o.name]; dup {
+			return nil, invalidf("%s sets option %q twice", key, o.name)
+		}
+		if err := check(o, value); err != nil {
 			return nil, err
 		}
-		out[canonical] = value
+		out[o.name] = value
 	}
 	return out, nil
 }

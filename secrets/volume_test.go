@@ -98,17 +98,22 @@ func TestParse(t *testing.T) {
 				KeyVFSOpt, `{"CacheMode":"writes","CacheMaxSize":1073741824,"ReadOnly":true,"Umask":18}`,
 				KeyMountOpt, `{"AllowOther":true,"AllowRoot":false,"MaxReadAhead":131072}`),
 			remote: "s3remote",
-			vfs:    map[string]string{"vfs_cache_mode": "writes", "vfs_cache_max_size": "1073741824", "read_only": "true", "umask": "18"},
-			mount:  map[string]string{"allow_other": "true", "allow_root": "false", "max_read_ahead": "131072"},
+			// JSON numbers for sizes are bytes, as in rclone's rc API.
+			vfs:   map[string]string{"vfs_cache_mode": "writes", "vfs_cache_max_size": "1073741824B", "read_only": "true", "umask": "18"},
+			mount: map[string]string{"allow_other": "true", "allow_root": "false", "max_read_ahead": "131072B"},
 		},
 		{
-			name: "options: flag spelling",
-			secret: sec(s3Conf, "s3remote",
-				KeyVFSOpt, `{"--vfs-cache-mode":"full","--dir-cache-time":"1m"}`,
-				KeyMountOpt, `{"--allow-other":"true"}`),
+			name:   "options: sizes as strings keep rclone's syntax",
+			secret: sec(s3Conf, "s3remote", KeyVFSOpt, `{"vfs_cache_max_size":"10G","vfs_read_ahead":"off"}`),
+			policy: &Policy{Limits: Limits{ReadAhead: -1}},
 			remote: "s3remote",
-			vfs:    map[string]string{"vfs_cache_mode": "full", "dir_cache_time": "1m"},
-			mount:  map[string]string{"allow_other": "true"},
+			vfs:    map[string]string{"vfs_cache_max_size": "10G", "vfs_read_ahead": "off"},
+		},
+		{
+			name:   "deny-listed value allowed by policy",
+			secret: sec("[o]\ntype = oracleobjectstorage\nprovider = instance_principal_auth\nnamespace = n\nregion = r\n", "o"),
+			policy: &Policy{AllowOptions: []string{"provider=instance_principal_auth"}},
+			remote: "o",
 		},
 		{
 			name:   "local allowed by policy",
@@ -142,8 +147,15 @@ func TestParse(t *testing.T) {
 					}
 				}
 			}
-			if !maps.Equal(v.VFSOpt, tc.vfs) {
-				t.Errorf("VFSOpt = %v, want %v", v.VFSOpt, tc.vfs)
+			wantVFS := maps.Clone(tc.vfs)
+			if wantVFS == nil {
+				wantVFS = map[string]string{}
+			}
+			if _, ok := wantVFS["vfs_cache_max_size"]; !ok {
+				wantVFS["vfs_cache_max_size"] = "5Gi" // every volume gets a bounded cache
+			}
+			if !maps.Equal(v.VFSOpt, wantVFS) {
+				t.Errorf("VFSOpt = %v, want %v", v.VFSOpt, wantVFS)
 			}
 			if !maps.Equal(v.MountOpt, tc.mount) {
 				t.Errorf("MountOpt = %v, want %v", v.MountOpt, tc.mount)
@@ -198,7 +210,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name:   "union upstream that is a connection string with a = in it",
-			secret: sec(s3LeakConf+"[true]\ntype = memory\n[u]\ntype = union\nupstreams = s3remote,env_auth=true:a s3remote:b\n", "u"),
+			secret: sec(s3LeakConf+"[true]\ntype = s3\nprovider = Other\n[u]\ntype = union\nupstreams = s3remote,env_auth=true:a s3remote:b\n", "u"),
 			msg:    "upstreams",
 		},
 		{name: "combine with an on-the-fly upstream", secret: sec(s3LeakConf+"[c]\ntype = combine\nupstreams = a=s3remote:a b=:local:/etc\n", "c"), msg: "upstreams"},
@@ -217,9 +229,9 @@ func TestParseErrors(t *testing.T) {
 		{name: "vfsOpt unknown option", secret: sec(s3LeakConf, "s3remote", KeyVFSOpt, `{"no_such_option":"1"}`), msg: "no_such_option"},
 		{name: "vfsOpt mount option", secret: sec(s3LeakConf, "s3remote", KeyVFSOpt, `{"allow_other":true}`), msg: "allow_other"},
 		{name: "mountOpt daemon", secret: sec(s3LeakConf, "s3remote", KeyMountOpt, `{"daemon":true}`), msg: "daemon"},
-		{name: "mountOpt Daemon", secret: sec(s3LeakConf, "s3remote", KeyMountOpt, `{"Daemon":true}`), msg: "Daemon"},
+		{name: "mountOpt Daemon", secret: sec(s3LeakConf, "s3remote", KeyMountOpt, `{"Daemon":true}`), msg: "daemon"},
 		{name: "mountOpt option", secret: sec(s3LeakConf, "s3remote", KeyMountOpt, `{"option":"allow_other"}`), msg: "option"},
-		{name: "mountOpt ExtraOptions", secret: sec(s3LeakConf, "s3remote", KeyMountOpt, `{"ExtraOptions":"dev"}`), msg: "ExtraOptions"},
+		{name: "mountOpt ExtraOptions", secret: sec(s3LeakConf, "s3remote", KeyMountOpt, `{"ExtraOptions":"dev"}`), msg: "option"},
 		{name: "mountOpt --fuse-flag", secret: sec(s3LeakConf, "s3remote", KeyMountOpt, `{"--fuse-flag":"x"}`), msg: "fuse-flag"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,8 +45,9 @@ func run(args []string) error {
 	fl := flag.NewFlagSet("csi-rclone", flag.ContinueOnError)
 	klog.InitFlags(fl)
 	opts := driver.Options{Version: version}
-	var mode, allowBackends, allowOptions string
+	var mode string
 	var ss secretServiceFlags
+	var tenant tenantFlags
 	fl.StringVar(&opts.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint")
 	fl.StringVar(&opts.NodeID, "nodeid", "", "node id (the Kubernetes node name)")
 	fl.StringVar(&opts.DriverName, "driver-name", driver.DefaultDriverName, "CSI driver name; equals the CSIDriver object's name")
@@ -61,8 +62,7 @@ func run(args []string) error {
 	fl.IntVar(&opts.Worker.GID, "worker-gid", 65534, "gid of the mount workers")
 	fl.IntVar(&opts.DefaultUID, "default-uid", 1000, "owner of files in a mount unless the volume sets uid")
 	fl.IntVar(&opts.DefaultGID, "default-gid", 1000, "group of files in a mount unless the volume sets gid or the pod an fsGroup")
-	fl.StringVar(&allowBackends, "tenant-allow-backends", "", "comma-separated rclone backend types that tenants may use although denied by default (see SECURITY.md)")
-	fl.StringVar(&allowOptions, "tenant-allow-options", "", "comma-separated rclone option names that tenants may set although denied by default (see SECURITY.md)")
+	tenant.register(fl)
 	ss.register(fl)
 	if err := fl.Parse(args); err != nil {
 		return err
@@ -76,8 +76,9 @@ func run(args []string) error {
 		defer dec.Close()
 	}
 	opts.Mode = driver.Mode(mode)
-	opts.Policy.AllowBackends = splitList(allowBackends)
-	opts.Policy.AllowOptions = splitList(allowOptions)
+	if opts.Policy, err = tenant.policy(); err != nil {
+		return err
+	}
 
 	d, err := driver.New(opts)
 	if err != nil {

@@ -397,7 +397,7 @@ func TestStageFailuresLeaveNothing(t *testing.T) {
 		{"malformed config", with("configData", "[store\ntype = s3"), codes.InvalidArgument, "configData"},
 		{"section injection through an option", with("vfsOpt", `{"uid": "1\n[evil]\ntype = local"}`), codes.InvalidArgument, "line break"},
 		{"local backend", with("configData", "[store]\ntype = local\n"), codes.InvalidArgument, "not allowed"},
-		{"command option", with("configData", good["configData"]+"md5sum_command = touch /tmp/pwned\n"), codes.InvalidArgument, "not allowed"},
+		{"command option", with("configData", good["configData"]+"md5sum_command = touch /tmp/pwned\n"), codes.InvalidArgument, "md5sum_command"},
 		{"connection string in remote", with("remote", "store,env_auth=true"), codes.InvalidArgument, "remote name"},
 		{"path leaves its base", with("remotePath", "exists/../../etc"), codes.InvalidArgument, "leaves its base"},
 		{"wrong secret key", with("configData", strings.Replace(good["configData"], harness.SecretAccessKey, "wrong-secret", 1)), codes.PermissionDenied, "403"},

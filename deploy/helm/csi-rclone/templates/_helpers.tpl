@@ -93,3 +93,25 @@ The argument is the container's name.
       resource: limits.memory
       divisor: "1"
 {{- end -}}
+
+{{/* The tenant policy's flags, the same for the node plugin and the controller. */}}
+{{- define "csi-rclone.tenantArgs" -}}
+{{- $t := .Values.tenant -}}
+{{- with $t.allowBackends }}
+- --tenant-allow-backends={{ join "," . }}
+{{- end }}
+{{- with $t.allowOptions }}
+- --tenant-allow-options={{ join "," . }}
+{{- end }}
+{{- with $t.denyNetworks }}
+- --tenant-deny-networks={{ join "," . }}
+{{- end }}
+- --tenant-max-cache-size={{ $t.limits.maxCacheSize }}
+- --default-cache-size={{ $t.limits.defaultCacheSize }}
+- --tenant-max-read-ahead={{ $t.limits.maxReadAhead }}
+- --tenant-max-chunk-size={{ $t.limits.maxChunkSize }}
+- --tenant-max-buffer-size={{ $t.limits.maxBufferSize }}
+- --tenant-max-streams={{ $t.limits.maxStreams }}
+- --tenant-max-value-bytes={{ $t.limits.maxValueBytes }}
+- --tenant-max-secret-bytes={{ $t.limits.maxSecretBytes }}
+{{- end -}}

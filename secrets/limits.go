@@ -1,0 +1,161 @@
+package secrets
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/rclone/rclone/fs"
+)
+
+// Limits bound what one tenant's volume may take of a shared node. A tenant
+// value above a limit is refused, never clamped: a silently smaller cache or
+// fewer streams than asked for would surprise whoever wrote the value.
+// Zero fields take the Default* values; a negative one means no limit.
+type Limits struct {
+	// CacheSize bounds the VFS cache of a volume (vfs_cache_max_size) and
+	// other options that hold files on the node's disk.
+	CacheSize fs.SizeSuffix
+	// DefaultCacheSize is the cache limit of a volume that sets none:
+	// rclone's own default is no limit.
+	DefaultCacheSize fs.SizeSuffix
+	// ReadAhead bounds vfs_read_ahead.
+	ReadAhead fs.SizeSuffix
+	// ChunkSize bounds read chunks (vfs_read_chunk_size, _limit) and the
+	// upload chunks of backends (chunk_size, *_chunk_size), which a backend
+	// holds in memory once per concurrent upload.
+	ChunkSize fs.SizeSuffix
+	// BufferSize bounds options that size an in-memory buffer (buffer_size,
+	// *_memory_limit, ram_cache_limit, ...).
+	BufferSize fs.SizeSuffix
+	// Streams bounds parallelism: vfs_read_chunk_streams, *concurrency,
+	// transfers, checkers, workers, list_parallelism.
+	Streams int
+	// ValueBytes bounds one value; SecretBytes the stage secret and volume
+	// context together (keys and values).
+	ValueBytes, SecretBytes int
+}
+
+// The default limits: a session's working set, with room, on a node shared
+// by tens of volumes. Worst-case upload memory of one volume is about
+// ChunkSize × Streams per concurrent transfer.
+const (
+	DefaultCacheSizeLimit   = 20 * fs.Gibi
+	DefaultVolumeCacheSize  = 5 * fs.Gibi
+	DefaultReadAheadLimit   = 1 * fs.Gibi
+	DefaultChunkSizeLimit   = 128 * fs.Mebi
+	DefaultBufferSizeLimit  = 256 * fs.Mebi
+	DefaultStreamsLimit     = 8
+	DefaultValueBytesLimit  = 16 << 10
+	DefaultSecretBytesLimit = 64 << 10
+)
+
+// WithDefaults fills zero fields with the defaults.
+func (l Limits) WithDefaults() Limits {
+	set := func(v *fs.SizeSuffix, d fs.SizeSuffix) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	set(&l.CacheSize, DefaultCacheSizeLimit)
+	set(&l.DefaultCacheSize, DefaultVolumeCacheSize)
+	if l.CacheSize >= 0 && l.DefaultCacheSize > l.CacheSize {
+		l.DefaultCacheSize = l.CacheSize
+	}
+	set(&l.ReadAhead, DefaultReadAheadLimit)
+	set(&l.ChunkSize, DefaultChunkSizeLimit)
+	set(&l.BufferSize, DefaultBufferSizeLimit)
+	if l.Streams == 0 {
+		l.Streams = DefaultStreamsLimit
+	}
+	if l.ValueBytes == 0 {
+		l.ValueBytes = DefaultValueBytesLimit
+	}
+	if l.SecretBytes == 0 {
+		l.SecretBytes = DefaultSecretBytesLimit
+	}
+	return l
+}
+
+// limitedOption is one bounded family of options.
+type limitedOption struct {
+	what  string // for the error: "the VFS cache size"
+	match func(name string) bool
+	size  func(Limits) fs.SizeSuffix // for kindSize options
+	count func(Limits) int           // for kindInt options
+}
+
+func named(names ...string) func(string) bool {
+	return func(n string) bool {
+		for _, x := range names {
+			if n == x {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+var limitedOptions = []limitedOption{
+	{
+		what:  "the cache size",
+		match: named("vfs_cache_max_size", "speedup_max_disk", "chunk_total_size"),
+		size:  func(l Limits) fs.SizeSuffix { return l.CacheSize },
+	},
+	{
+		what:  "the read-ahead",
+		match: named("vfs_read_ahead"),
+		size:  func(l Limits) fs.SizeSuffix { return l.ReadAhead },
+	},
+	{
+		what: "the chunk size",
+		match: func(n string) bool {
+			return n == "chunk_size" || strings.HasSuffix(n, "_chunk_size") || n == "vfs_read_chunk_size_limit"
+		},
+		size: func(l Limits) fs.SizeSuffix { return l.ChunkSize },
+	},
+	{
+		what: "the buffer size",
+		match: func(n string) bool {
+			return n == "buffer_size" || strings.HasSuffix(n, "_buffer_size") || strings.HasSuffix(n, "_memory_limit") ||
+				strings.HasSuffix(n, "_max_memory") || n == "ram_cache_limit"
+		},
+		size: func(l Limits) fs.SizeSuffix { return l.BufferSize },
+	},
+	{
+		what: "the number of streams",
+		match: func(n string) bool {
+			return strings.HasSuffix(n, "concurrency") || strings.HasSuffix(n, "_streams") ||
+				n == "transfers" || n == "checkers" || n == "workers" || n == "list_parallelism"
+		},
+		count: func(l Limits) int { return l.Streams },
+	},
+}
+
+// checkLimit refuses a value of a bounded option above its limit. "off" and
+// negative sizes mean unlimited to rclone, and so are above any limit.
+func (l Limits) checkLimit(where string, o backendOption, value string) error {
+	for _, lo := range limitedOptions {
+		if !lo.match(o.name) {
+			continue
+		}
+		switch {
+		case o.kind == kindSize && lo.size != nil:
+			var v fs.SizeSuffix
+			if err := v.Set(value); err != nil {
+				return invalidf("%s: option %q is not a size", where, o.name)
+			}
+			if max := lo.size(l); max >= 0 && (v < 0 || v > max) {
+				return invalidf("%s: option %q = %s is above %s this cluster allows (%s)", where, o.name, value, lo.what, max)
+			}
+		case o.kind == kindInt && lo.count != nil:
+			v, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+			if err != nil {
+				return invalidf("%s: option %q is not a number", where, o.name)
+			}
+			if max := lo.count(l); max >= 0 && (v < 0 || v > int64(max)) {
+				return invalidf("%s: option %q = %d is above %s this cluster allows (%d)", where, o.name, v, lo.what, max)
+			}
+		}
+	}
+	return nil
+}
