@@ -136,8 +136,14 @@ func (m *Mounter) WaitMounted(ctx context.Context, path string) error {
 // intermediate so that target gets a propagation group of its own. A new
 // bind is stacked on top of whatever target holds (a dead bind, when
 // repairing): that is what reaches containers that hold an rslave copy.
-func (m *Mounter) Bind(source, target string, readOnly bool) (err error) {
-	tmp, err := os.MkdirTemp(m.scratch, "bind-")
+func (m *Mounter) Bind(source, target string, readOnly bool) error {
+	return m.bind(source, target, readOnly, true)
+}
+
+// bind is Bind of a directory, or of a file when dir is false (a subPath may
+// name one): the intermediate must be of the same kind.
+func (m *Mounter) bind(source, target string, readOnly, dir bool) (err error) {
+	tmp, err := m.scratchEntry(dir)
 	if err != nil {
 		return fmt.Errorf("scratch dir: %w", err)
 	}

@@ -1,0 +1,182 @@
+package mounter
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	mount "k8s.io/mount-utils"
+)
+
+// SubpathBind is the top layer of one of the kubelet's subPath binds of a
+// volume: the kubelet binds TARGET/<subPath> onto
+// <kubelet>/pods/<uid>/volume-subpaths/<pv>/<container>/<index>, and the
+// container mounts that path, so a bind stacked on the target never reaches
+// it.
+type SubpathBind struct {
+	Path     string // where the kubelet bound it
+	Root     string // the bound subdirectory (or file) of the volume, from its filesystem's root: "/sub"
+	ReadOnly bool
+	Device   string // major:minor of the filesystem it shows
+}
+
+// SubpathBinds lists the subPath binds of the volume published at target,
+// which must be in the kubelet's layout
+// (<kubelet>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount); for any other
+// path it finds none. See subpathBinds for how they are told apart.
+func (m *Mounter) SubpathBinds(target string) ([]SubpathBind, error) {
+	infos, err := mount.ParseMountInfo(m.mountinfo)
+	if err != nil {
+		return nil, fmt.Errorf("reading mountinfo: %w", err)
+	}
+	return subpathBinds(infos, target), nil
+}
+
+// subpathBinds picks from a mount table the top layer of every mount
+// directly at volume-subpaths/<pv>/<container>/<index> of target's pod whose
+// device is one that a layer of target shows. Matching by device, not by path
+// alone, leaves alone whatever else is mounted there; and every filesystem
+// the subPath was ever bound from is still a layer of target (a repair stacks
+// a new layer on a dead one, and the dead one keeps its device number while
+// it is mounted), so a subPath bind is found after any number of repairs,
+// and after a repair that failed half-way. Binds of a subdirectory that was
+// deleted are left out: there is nothing to bind again.
+func subpathBinds(infos []mount.MountInfo, target string) []SubpathBind {
+	target = filepath.Clean(target)
+	csiDir := filepath.Dir(target) // .../volumes/kubernetes.io~csi/<pv>
+	pv := filepath.Base(csiDir)
+	volumesDir := filepath.Dir(filepath.Dir(csiDir))
+	if filepath.Base(target) != "mount" || filepath.Base(filepath.Dir(csiDir)) != "kubernetes.io~csi" ||
+		filepath.Base(volumesDir) != "volumes" || pv == "." || pv == "/" {
+		return nil
+	}
+	subpathDir := filepath.Join(filepath.Dir(volumesDir), "volume-subpaths", pv)
+
+	devices := map[string]bool{}
+	for _, mi := range infos {
+		if unescape(mi.MountPoint) == target {
+			devices[device(mi)] = true
+		}
+	}
+	// The stacks at every subPath bind, bottom first.
+	stacks := map[string][]mount.MountInfo{}
+	var order []string
+	for _, mi := range infos {
+		p := unescape(mi.MountPoint)
+		if filepath.Dir(filepath.Dir(p)) != subpathDir {
+			continue
+		}
+		if _, seen := stacks[p]; !seen {
+			order = append(order, p)
+		}
+		stacks[p] = append(stacks[p], mi)
+	}
+	var out []SubpathBind
+	for _, p := range order {
+		top := topLayer(stacks[p])
+		root := unescape(top.Root)
+		if !devices[device(top)] || strings.HasSuffix(root, "//deleted") {
+			continue
+		}
+		out = append(out, SubpathBind{Path: p, Root: root, ReadOnly: hasOption(top.MountOptions, "ro"), Device: device(top)})
+	}
+	return out
+}
+
+// topLayer is the mount of a stack at one path that no other mount of it is
+// mounted on; the last one listed if the table is odd.
+func topLayer(stack []mount.MountInfo) mount.MountInfo {
+	parents := map[int]bool{}
+	for _, mi := range stack {
+		parents[mi.ParentID] = true
+	}
+	top := stack[len(stack)-1]
+	for _, mi := range stack {
+		if !parents[mi.ID] {
+			top = mi
+		}
+	}
+	return top
+}
+
+func device(mi mount.MountInfo) string {
+	return strconv.Itoa(mi.Major) + ":" + strconv.Itoa(mi.Minor)
+}
+
+func hasOption(opts []string, o string) bool {
+	for _, x := range opts {
+		if x == o {
+			return true
+		}
+	}
+	return false
+}
+
+// unescape undoes the octal escapes (\040 for a space, \011, \012, \134)
+// that mountinfo writes in paths; mount-utils keeps them.
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			n, _ := strconv.ParseUint(s[i+1:i+4], 8, 8)
+			b.WriteByte(byte(n))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+// BindSubdir binds rel, a subdirectory or file of the mount at source, onto
+// target the way Bind does (private intermediate, stacked on whatever target
+// holds, read-only if asked). rel is resolved beneath source without
+// following symlinks or crossing into other mounts: a pod can write the
+// volume, and must not be able to point the bind anywhere else.
+func (m *Mounter) BindSubdir(source, rel, target string, readOnly bool) error {
+	dir, err := unix.Open(source, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", source, err)
+	}
+	defer unix.Close(dir)
+	rel = strings.TrimLeft(filepath.Clean("/"+rel), "/")
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := unix.Openat2(dir, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return fmt.Errorf("open %q beneath %s: %w", rel, source, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %q beneath %s: %w", rel, source, err)
+	}
+	// The fd's magic link names exactly what was opened, whatever the path
+	// becomes meanwhile.
+	return m.bind(fmt.Sprintf("/proc/self/fd/%d", fd), target, readOnly, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+}
+
+// scratchEntry makes an empty directory, or file, in the scratch dir to
+// mount the intermediate bind on.
+func (m *Mounter) scratchEntry(dir bool) (string, error) {
+	if dir {
+		return os.MkdirTemp(m.scratch, "bind-")
+	}
+	f, err := os.CreateTemp(m.scratch, "bind-")
+	if err != nil {
+		return "", err
+	}
+	return f.Name(), f.Close()
+}
