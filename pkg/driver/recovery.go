@@ -113,7 +113,8 @@ func (s *nodeServer) restore(ctx context.Context, v *stagedVolume) error {
 // repairTargets binds the staging mount again onto every recorded target
 // whose bind is dead: stacked on top, so that containers that hold a
 // HostToContainer copy of the target see it. Targets that the kubelet has
-// removed, or unmounted, leave the record.
+// removed, or unmounted, leave the record. Then it repairs the kubelet's
+// subPath binds of each target that is still published.
 func (s *nodeServer) repairTargets(v *stagedVolume) int {
 	s.mu.Lock()
 	targets := make(map[string]bool, len(v.rec.Targets))
@@ -123,31 +124,72 @@ func (s *nodeServer) repairTargets(v *stagedVolume) int {
 	s.mu.Unlock()
 	repaired := 0
 	for target, ro := range targets {
-		_, err := os.Lstat(target)
-		if errors.Is(err, os.ErrNotExist) {
-			klog.InfoS("target is gone; forgetting it", "volumeID", v.id, "targetPath", target)
-			_ = s.setTarget(v, target, ro, false)
-			continue
+		published, fixed := s.repairTarget(v, target, ro)
+		if fixed {
+			repaired++
 		}
-		if err != nil && !mount.IsCorruptedMnt(err) {
-			klog.ErrorS(err, "checking target", "volumeID", v.id, "targetPath", target)
-			continue
+		if published {
+			s.repairSubpaths(v, target)
 		}
-		switch st, _ := s.m.Check(target); st {
-		case mounter.Mounted:
-			continue
-		case mounter.NotMounted:
-			klog.InfoS("target is not mounted any more; forgetting it", "volumeID", v.id, "targetPath", target)
-			_ = s.setTarget(v, target, ro, false)
-			continue
-		}
-		if err := s.m.Bind(v.stagingPath, target, ro); err != nil {
-			klog.ErrorS(err, "repairing target", "volumeID", v.id, "targetPath", target)
-			continue
-		}
-		repaired++
 	}
 	return repaired
+}
+
+// repairTarget repairs one target; published says whether it stays in the
+// record, fixed whether a new bind was stacked on it.
+func (s *nodeServer) repairTarget(v *stagedVolume, target string, ro bool) (published, fixed bool) {
+	_, err := os.Lstat(target)
+	if errors.Is(err, os.ErrNotExist) {
+		klog.InfoS("target is gone; forgetting it", "volumeID", v.id, "targetPath", target)
+		_ = s.setTarget(v, target, ro, false)
+		return false, false
+	}
+	if err != nil && !mount.IsCorruptedMnt(err) {
+		klog.ErrorS(err, "checking target", "volumeID", v.id, "targetPath", target)
+		return true, false
+	}
+	switch st, _ := s.m.Check(target); st {
+	case mounter.Mounted:
+		return true, false
+	case mounter.NotMounted:
+		klog.InfoS("target is not mounted any more; forgetting it", "volumeID", v.id, "targetPath", target)
+		_ = s.setTarget(v, target, ro, false)
+		return false, false
+	}
+	if err := s.m.Bind(v.stagingPath, target, ro); err != nil {
+		klog.ErrorS(err, "repairing target", "volumeID", v.id, "targetPath", target)
+		return true, false
+	}
+	return true, true
+}
+
+// repairSubpaths stacks a fresh bind on every dead subPath bind of target:
+// the kubelet bound TARGET/<subPath> elsewhere for a container, which a
+// bind on the target does not reach. The new bind is of the same
+// subdirectory of the staging mount, with the same read-only flag. It runs
+// whether or not the target needed repair: a subPath bind may still be dead
+// after a repair that failed half-way.
+//
+// The kubelet's bind shares the target's propagation group, so the new bind
+// also appears on the target's dead bottom layer at <target>/<subPath>,
+// under the layer repairTargets stacked: out of sight, and unmounted with
+// the subPath bind or the target.
+func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
+	binds, err := s.m.SubpathBinds(target)
+	if err != nil {
+		klog.ErrorS(err, "looking for subPath binds", "volumeID", v.id, "targetPath", target)
+		return
+	}
+	for _, b := range binds {
+		if st, _ := s.m.Check(b.Path); st != mounter.Dead {
+			continue
+		}
+		if err := s.m.BindSubdir(v.stagingPath, b.Root, b.Path, b.ReadOnly); err != nil {
+			klog.ErrorS(err, "repairing subPath bind", "volumeID", v.id, "targetPath", target, "subPathMount", b.Path)
+			continue
+		}
+		klog.InfoS("subPath bind repaired", "volumeID", v.id, "subPathMount", b.Path, "readOnly", b.ReadOnly)
+	}
 }
 
 // keepMounted waits until proc exits (proc nil: no worker runs) and mounts
