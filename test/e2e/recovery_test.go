@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rsa"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -138,6 +139,13 @@ func newEnv(t *testing.T) *env {
 			t.Fatal(err)
 		}
 	}
+	// What a container that mounts subPath "sub" of the shared bucket sees.
+	if err := os.MkdirAll(s3.Object("shared", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s3.Object("shared", "sub/seed.txt"), []byte("seed of shared/sub"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return e
 }
 
@@ -167,7 +175,7 @@ func TestRecovery(t *testing.T) {
 		}
 	}
 	targets := map[string]string{}
-	for pod, v := range map[string]kubelet.Volume{"pod-a": shared, "pod-b": shared, "pod-c": private} {
+	for pod, v := range map[string]kubelet.Volume{"pod-a": shared, "pod-b": shared, "pod-c": private, "pod-d": shared} {
 		target, err := e.kubelet.Publish(ctx, v, pod, false)
 		if err != nil {
 			t.Fatalf("publish %s to %s: %v", v.PV, pod, err)
@@ -177,7 +185,17 @@ func TestRecovery(t *testing.T) {
 	a := startContainer(t, e, "a", targets["pod-a"])
 	b := startContainer(t, e, "b", targets["pod-b"])
 	c := startContainer(t, e, "c", targets["pod-c"])
-	bucketOf := map[*container]string{a: "shared", b: "shared", c: "private"}
+	// Pod d has two containers on the shared volume: d mounts its subPath
+	// "sub", which the kubelet binds apart from the target, and e the whole
+	// volume.
+	subMount, err := e.kubelet.BindSubPath(shared, "pod-d", "app", 0, "sub")
+	if err != nil {
+		t.Fatalf("subPath bind: %v", err)
+	}
+	d := startContainer(t, e, "d", subMount)
+	ctrE := startContainer(t, e, "e", targets["pod-d"])
+	// Where each container's files are: a bucket, or a directory in one.
+	bucketOf := map[*container]string{a: "shared", b: "shared", c: "private", d: "shared/sub", ctrE: "shared"}
 	for ctr, bucket := range bucketOf {
 		if got, err := ctr.read("seed.txt"); err != nil || got != "seed of "+bucket {
 			t.Fatalf("container %s before any crash: %q %v", ctr.name, got, err)
@@ -215,21 +233,23 @@ func TestRecovery(t *testing.T) {
 		e.driver.kill9()
 		killWorkers()
 		eventually(t, 5*time.Second, "the mounts are dead", func() error {
-			if _, err := a.read("seed.txt"); err == nil {
-				return fmt.Errorf("container a still reads")
+			for _, ctr := range []*container{a, d} {
+				if _, err := ctr.read("seed.txt"); err == nil {
+					return fmt.Errorf("container %s still reads", ctr.name)
+				}
 			}
 			return nil
 		})
 		crash := time.Now()
 		e.startDriver(t)
 		t.Logf("recovery: driver ready %s after start", time.Since(e.driver.started).Round(time.Millisecond))
-		worksAgain(t, crash, "after-driver-restart", a, b, c)
+		worksAgain(t, crash, "after-driver-restart", a, b, c, d, ctrE)
 	})
 
 	t.Run("one worker killed", func(t *testing.T) {
 		killWorkers(shared.Handle)
 		crash := time.Now()
-		worksAgain(t, crash, "after-worker-kill", a, b)
+		worksAgain(t, crash, "after-worker-kill", a, b, d, ctrE)
 		if got, err := c.read("seed.txt"); err != nil || got != "seed of private" {
 			t.Fatalf("container c, on another volume: %q %v", got, err)
 		}
@@ -257,6 +277,8 @@ func TestRecovery(t *testing.T) {
 			}
 			return nil
 		})
+		// A third layer on the subPath bind: only the top one counts.
+		worksAgain(t, time.Now(), "after-second-worker-kill", d, ctrE)
 	})
 
 	t.Run("driver restarted during NodeStageVolume", func(t *testing.T) {
@@ -296,7 +318,7 @@ func TestRecovery(t *testing.T) {
 		if err := e.kubelet.Unstage(ctx, late); err != nil {
 			t.Fatalf("unstage: %v", err)
 		}
-		worksAgain(t, time.Now(), "after-interrupted-stage", a, b, c)
+		worksAgain(t, time.Now(), "after-interrupted-stage", a, b, c, d, ctrE)
 	})
 
 	t.Run("unpublishing one pod leaves the other working", func(t *testing.T) {
@@ -308,6 +330,23 @@ func TestRecovery(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got, err := a.read("seed.txt"); err != nil || got != "seed of shared" {
+			t.Fatalf("container a: %q %v", got, err)
+		}
+	})
+
+	t.Run("unpublishing a pod with a subPath leaves the others working", func(t *testing.T) {
+		d.stop()
+		ctrE.stop()
+		if err := e.kubelet.Unpublish(ctx, shared, "pod-d"); err != nil {
+			t.Fatal(err)
+		}
+		if n := mountsBelow(t, filepath.Join(e.kubelet.Root, "pods", "pod-d")); n != 0 {
+			t.Fatalf("%d mounts left in pod-d", n)
+		}
+		if _, err := os.Stat(filepath.Join(e.kubelet.Root, "pods", "pod-d")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("pod-d's dir left: %v", err)
+		}
+		if got, err := a.read("sub/seed.txt"); err != nil || got != "seed of shared/sub" {
 			t.Fatalf("container a: %q %v", got, err)
 		}
 	})

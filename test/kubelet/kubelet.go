@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -87,8 +88,108 @@ func (k *Kubelet) Publish(ctx context.Context, v Volume, podUID string, readOnly
 	return target, err
 }
 
-// Unpublish calls NodeUnpublishVolume and removes the pod's volume dir.
+// SubpathMount is pods/<uid>/volume-subpaths/<pv>/<container>/<index>,
+// where the kubelet binds a volumeMount's subPath for the runtime to mount.
+func (k *Kubelet) SubpathMount(v Volume, podUID, container string, index int) string {
+	return filepath.Join(k.Root, "pods", podUID, "volume-subpaths", v.PV, container, strconv.Itoa(index))
+}
+
+// BindSubPath does what the kubelet does for volumeMounts[index] of a
+// container with a subPath: create the subPath directory in the published
+// volume if it is missing, open it without following symlinks, and bind
+// that open file, by its /proc fd link, plainly onto SubpathMount, which it
+// returns for the runtime to mount into the container.
+func (k *Kubelet) BindSubPath(v Volume, podUID, container string, index int, subPath string) (string, error) {
+	target := k.TargetPath(v, podUID)
+	root, err := unix.Open(target, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("open volume: %w", err)
+	}
+	defer unix.Close(root)
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
+	fd, err := unix.Openat2(root, subPath, how)
+	if errors.Is(err, unix.ENOENT) {
+		if err := os.MkdirAll(filepath.Join(target, subPath), 0o750); err != nil {
+			return "", fmt.Errorf("create subPath: %w", err)
+		}
+		fd, err = unix.Openat2(root, subPath, how)
+	}
+	if err != nil {
+		return "", fmt.Errorf("open subPath: %w", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", err
+	}
+	mp := k.SubpathMount(v, podUID, container, index)
+	if err := os.MkdirAll(filepath.Dir(mp), 0o750); err != nil {
+		return "", err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		err = os.Mkdir(mp, 0o750)
+	} else {
+		err = os.WriteFile(mp, nil, 0o640)
+	}
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	if err := unix.Mount(fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd), mp, "", unix.MS_BIND, ""); err != nil {
+		return "", fmt.Errorf("bind subPath: %w", err)
+	}
+	return mp, nil
+}
+
+// CleanSubPaths unmounts and removes every subPath bind of the volume in the
+// pod, as the kubelet does before it unpublishes the volume. The kubelet
+// unmounts one layer per attempt and tries again until none is left; this
+// loops at once.
+func (k *Kubelet) CleanSubPaths(v Volume, podUID string) error {
+	dir := filepath.Join(k.Root, "pods", podUID, "volume-subpaths", v.PV)
+	containers, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, c := range containers {
+		cdir := filepath.Join(dir, c.Name())
+		mounts, err := os.ReadDir(cdir)
+		if err != nil {
+			return err
+		}
+		for _, m := range mounts {
+			p := filepath.Join(cdir, m.Name())
+			for i := 0; ; i++ {
+				err := unix.Unmount(p, unix.UMOUNT_NOFOLLOW)
+				if errors.Is(err, unix.EINVAL) {
+					break // not a mount point any more
+				}
+				if err != nil || i > 100 {
+					return fmt.Errorf("unmount %s: %v", p, err)
+				}
+			}
+			if err := os.Remove(p); err != nil {
+				return err
+			}
+		}
+		if err := os.Remove(cdir); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(dir); err != nil {
+		return err
+	}
+	return removeEmpty(filepath.Dir(dir), filepath.Join(k.Root, "pods", podUID))
+}
+
+// Unpublish cleans the pod's subPath binds of the volume, calls
+// NodeUnpublishVolume and removes the pod's volume dir.
 func (k *Kubelet) Unpublish(ctx context.Context, v Volume, podUID string) error {
+	if err := k.CleanSubPaths(v, podUID); err != nil {
+		return fmt.Errorf("cleaning subPaths: %w", err)
+	}
 	target := k.TargetPath(v, podUID)
 	if _, err := k.Node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.Handle, TargetPath: target}); err != nil {
 		return err
