@@ -184,6 +184,11 @@ func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
 		if st, _ := s.m.Check(b.Path); st != mounter.Dead {
 			continue
 		}
+		if b.Within != "" {
+			klog.ErrorS(nil, "not repairing a subPath bind inside another subPath bind of the pod: the kubelet could not unmount the other one afterwards",
+				"volumeID", v.id, "subPathMount", b.Path, "within", b.Within)
+			continue
+		}
 		if err := s.m.BindSubdir(v.stagingPath, b.Root, b.Path, b.ReadOnly); err != nil {
 			klog.ErrorS(err, "repairing subPath bind", "volumeID", v.id, "targetPath", target, "subPathMount", b.Path)
 			continue

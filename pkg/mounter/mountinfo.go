@@ -21,6 +21,12 @@ type SubpathBind struct {
 	Root     string // the bound subdirectory (or file) of the volume, from its filesystem's root: "/sub"
 	ReadOnly bool
 	Device   string // major:minor of the filesystem it shows
+	// Within is the Path of another subPath bind of the pod and volume
+	// whose Root holds this one's Root, if any. A bind stacked on this one
+	// propagates onto the kubelet's layer of that one, below its mount
+	// point; the kubelet, which unmounts without detaching, could then
+	// never unmount that one, nor delete the pod.
+	Within string
 }
 
 // SubpathBinds lists the subPath binds of the volume published at target,
@@ -83,6 +89,14 @@ func subpathBinds(infos []mount.MountInfo, target string) []SubpathBind {
 		}
 		out = append(out, SubpathBind{Path: p, Root: root, ReadOnly: hasOption(top.MountOptions, "ro"), Device: device(top)})
 	}
+	for i := range out {
+		for _, o := range out {
+			if below(out[i].Root, o.Root) {
+				out[i].Within = o.Path
+				break
+			}
+		}
+	}
 	return out
 }
 
@@ -100,6 +114,11 @@ func topLayer(stack []mount.MountInfo) mount.MountInfo {
 		}
 	}
 	return top
+}
+
+// below says whether path is strictly inside dir.
+func below(path, dir string) bool {
+	return path != dir && strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
 }
 
 func device(mi mount.MountInfo) string {

@@ -72,6 +72,30 @@ func TestSubpathBinds(t *testing.T) {
 			want: []SubpathBind{sub("app/1", "/conf/app.yaml", "0:50", true), sub("sidecar/0", "/my dir", "0:50", false)},
 		},
 		{
+			name: "a subPath inside another one of the pod, and one beside it",
+			mountinfo: kubeletRoot + target50 + sub50 +
+				"88 63 0:50 /data/conf.yaml /var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/app/1 rw shared:4 - fuse.rclone s3:shared rw\n" +
+				"89 63 0:50 /data2 /var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/app/2 rw shared:4 - fuse.rclone s3:shared rw\n" +
+				"90 63 0:50 /data /var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/sidecar/0 rw shared:4 - fuse.rclone s3:shared rw\n",
+			want: []SubpathBind{
+				sub("app/0", "/data", "0:50", false),
+				{Path: "/var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/app/1", Root: "/data/conf.yaml", Device: "0:50",
+					Within: "/var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/app/0"},
+				sub("app/2", "/data2", "0:50", false),
+				sub("sidecar/0", "/data", "0:50", false),
+			},
+		},
+		{
+			name: "everything is inside a subPath of the whole volume",
+			mountinfo: kubeletRoot + target50 + sub50 +
+				"91 63 0:50 / /var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/all/0 rw shared:4 - fuse.rclone s3:shared rw\n",
+			want: []SubpathBind{
+				{Path: "/var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/app/0", Root: "/data", Device: "0:50",
+					Within: "/var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/all/0"},
+				sub("all/0", "/", "0:50", false),
+			},
+		},
+		{
 			name: "the subPath is the whole volume",
 			mountinfo: kubeletRoot + target50 +
 				"80 63 0:50 / /var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/app/0 rw shared:4 - fuse.rclone s3:shared rw\n",

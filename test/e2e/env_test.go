@@ -140,7 +140,7 @@ func contains(list []string, s string) bool {
 type container struct {
 	name string
 	cmd  *exec.Cmd
-	dir  string // where the volume is, inside the container's namespace
+	dir  string // where the volume (or a file of it) is, inside the container's namespace
 }
 
 func startContainer(t *testing.T, e *env, name, target string) *container {
@@ -148,6 +148,15 @@ func startContainer(t *testing.T, e *env, name, target string) *container {
 	dir := filepath.Join(e.dir, "containers", name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	// A subPath may name a file: the runtime mounts it on a file.
+	if fi, err := os.Stat(target); err != nil {
+		t.Fatal(err)
+	} else if !fi.IsDir() {
+		dir = filepath.Join(dir, filepath.Base(target))
+		if err := os.WriteFile(dir, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cmd := exec.Command("unshare", "--mount", "--propagation", "slave", "sleep", "3600")
 	if err := cmd.Start(); err != nil {

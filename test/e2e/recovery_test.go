@@ -146,6 +146,9 @@ func newEnv(t *testing.T) *env {
 	if err := os.WriteFile(s3.Object("shared", "sub/seed.txt"), []byte("seed of shared/sub"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(s3.Object("shared", "config.yaml"), []byte("config of shared"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return e
 }
 
@@ -185,17 +188,45 @@ func TestRecovery(t *testing.T) {
 	a := startContainer(t, e, "a", targets["pod-a"])
 	b := startContainer(t, e, "b", targets["pod-b"])
 	c := startContainer(t, e, "c", targets["pod-c"])
-	// Pod d has two containers on the shared volume: d mounts its subPath
-	// "sub", which the kubelet binds apart from the target, and e the whole
-	// volume.
+	// Pod d's containers use the shared volume: d mounts its subPath "sub",
+	// which the kubelet binds apart from the target, and e the whole volume.
 	subMount, err := e.kubelet.BindSubPath(shared, "pod-d", "app", 0, "sub")
 	if err != nil {
 		t.Fatalf("subPath bind: %v", err)
 	}
 	d := startContainer(t, e, "d", subMount)
+	// A sidecar mounts the same subPath: its bind is a peer of d's.
+	sideMount, err := e.kubelet.BindSubPath(shared, "pod-d", "sidecar", 0, "sub")
+	if err != nil {
+		t.Fatalf("subPath bind: %v", err)
+	}
+	side := startContainer(t, e, "g", sideMount)
 	ctrE := startContainer(t, e, "e", targets["pod-d"])
+	// And a third container mounts one file, read-only, as configs often
+	// are; and one inside d's subPath, which recovery leaves dead (see
+	// mounter.SubpathBind.Within) so that the kubelet can still clean up.
+	fileMount, err := e.kubelet.BindSubPath(shared, "pod-d", "config", 0, "config.yaml")
+	if err != nil {
+		t.Fatalf("subPath bind of a file: %v", err)
+	}
+	if _, err := e.kubelet.BindSubPath(shared, "pod-d", "config", 1, "sub/seed.txt"); err != nil {
+		t.Fatalf("subPath bind of a file inside another subPath: %v", err)
+	}
+	f := startContainer(t, e, "f", fileMount)
+	if out, err := f.run("mount", "-o", "remount,bind,ro", f.dir); err != nil {
+		t.Fatalf("read-only file mount: %v %s", err, out)
+	}
+	fileReads := func(t *testing.T) {
+		t.Helper()
+		eventually(t, recoveryBound, "container f reads its file", func() error {
+			if got, err := f.read(""); err != nil || got != "config of shared" {
+				return fmt.Errorf("read %q: %v", got, err)
+			}
+			return nil
+		})
+	}
 	// Where each container's files are: a bucket, or a directory in one.
-	bucketOf := map[*container]string{a: "shared", b: "shared", c: "private", d: "shared/sub", ctrE: "shared"}
+	bucketOf := map[*container]string{a: "shared", b: "shared", c: "private", d: "shared/sub", ctrE: "shared", side: "shared/sub"}
 	for ctr, bucket := range bucketOf {
 		if got, err := ctr.read("seed.txt"); err != nil || got != "seed of "+bucket {
 			t.Fatalf("container %s before any crash: %q %v", ctr.name, got, err)
@@ -243,13 +274,15 @@ func TestRecovery(t *testing.T) {
 		crash := time.Now()
 		e.startDriver(t)
 		t.Logf("recovery: driver ready %s after start", time.Since(e.driver.started).Round(time.Millisecond))
-		worksAgain(t, crash, "after-driver-restart", a, b, c, d, ctrE)
+		worksAgain(t, crash, "after-driver-restart", a, b, c, d, ctrE, side)
+		fileReads(t)
 	})
 
 	t.Run("one worker killed", func(t *testing.T) {
 		killWorkers(shared.Handle)
 		crash := time.Now()
-		worksAgain(t, crash, "after-worker-kill", a, b, d, ctrE)
+		worksAgain(t, crash, "after-worker-kill", a, b, d, ctrE, side)
+		fileReads(t)
 		if got, err := c.read("seed.txt"); err != nil || got != "seed of private" {
 			t.Fatalf("container c, on another volume: %q %v", got, err)
 		}
@@ -278,7 +311,8 @@ func TestRecovery(t *testing.T) {
 			return nil
 		})
 		// A third layer on the subPath bind: only the top one counts.
-		worksAgain(t, time.Now(), "after-second-worker-kill", d, ctrE)
+		worksAgain(t, time.Now(), "after-second-worker-kill", d, ctrE, side)
+		fileReads(t)
 	})
 
 	t.Run("driver restarted during NodeStageVolume", func(t *testing.T) {
@@ -318,7 +352,8 @@ func TestRecovery(t *testing.T) {
 		if err := e.kubelet.Unstage(ctx, late); err != nil {
 			t.Fatalf("unstage: %v", err)
 		}
-		worksAgain(t, time.Now(), "after-interrupted-stage", a, b, c, d, ctrE)
+		worksAgain(t, time.Now(), "after-interrupted-stage", a, b, c, d, ctrE, side)
+		fileReads(t)
 	})
 
 	t.Run("unpublishing one pod leaves the other working", func(t *testing.T) {
@@ -335,8 +370,9 @@ func TestRecovery(t *testing.T) {
 	})
 
 	t.Run("unpublishing a pod with a subPath leaves the others working", func(t *testing.T) {
-		d.stop()
-		ctrE.stop()
+		for _, ctr := range []*container{d, ctrE, f, side} {
+			ctr.stop()
+		}
 		if err := e.kubelet.Unpublish(ctx, shared, "pod-d"); err != nil {
 			t.Fatal(err)
 		}
