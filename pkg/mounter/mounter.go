@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -43,6 +44,9 @@ const statTimeout = 5 * time.Second
 type Mounter struct {
 	scratch   string
 	mountinfo string
+
+	mu     sync.Mutex
+	probes map[string]*probe // by path
 }
 
 // New prepares scratchDir (created 0700 and made a private mount of its own,
@@ -88,31 +92,88 @@ func (m *Mounter) layers(path string) (int, error) {
 	return n, nil
 }
 
-// Check says whether path is mounted, and whether the mount answers.
+// Check says whether path is mounted, and whether the mount answers within
+// statTimeout.
 func (m *Mounter) Check(path string) (State, error) {
+	st, _, err := m.Probe(context.Background(), path)
+	return st, err
+}
+
+// Probe says whether path is mounted and answers, and what statfs says of
+// it. It waits until ctx ends, or statTimeout when ctx has no deadline; a
+// mount that does not answer by then is Dead with ErrNotAnswering.
+func (m *Mounter) Probe(ctx context.Context, path string) (State, Usage, error) {
+	path = filepath.Clean(path)
 	n, err := m.layers(path)
 	if err != nil || n == 0 {
-		return NotMounted, err
+		return NotMounted, Usage{}, err
 	}
 	// statfs, not stat: the kernel answers stat from cached attributes for
 	// a while after a FUSE daemon died, but always asks the daemon for statfs.
-	errc := make(chan error, 1)
-	go func() {
-		var st unix.Statfs_t
-		errc <- unix.Statfs(path, &st)
-	}()
-	select {
-	case err := <-errc:
-		if err == nil {
-			return Mounted, nil
-		}
-		if mount.IsCorruptedMnt(err) {
-			return Dead, nil
-		}
-		return Dead, fmt.Errorf("statfs %s: %w", path, err)
-	case <-time.After(statTimeout):
-		return Dead, fmt.Errorf("stat %s: no answer in %s", path, statTimeout)
+	st, err := m.statfs(ctx, path)
+	switch {
+	case err == nil:
+		return Mounted, usageOf(&st), nil
+	case errors.Is(err, ErrNotAnswering):
+		return Dead, Usage{}, err
+	case mount.IsCorruptedMnt(err):
+		return Dead, Usage{}, nil
+	default:
+		return Dead, Usage{}, fmt.Errorf("statfs %s: %w", path, err)
 	}
+}
+
+// ErrNotAnswering: a statfs of the path did not return in time. The mount's
+// daemon is hung, or very slow.
+var ErrNotAnswering = errors.New("not answering")
+
+// probe is one statfs in flight.
+type probe struct {
+	done chan struct{}
+	st   unix.Statfs_t
+	err  error
+}
+
+// statfs runs at most one statfs per path at a time: a caller joins the one
+// in flight, if any. A hung mount thus holds one goroutine (and its thread,
+// blocked in the kernel) until it answers or is unmounted, however many
+// callers gave up on it.
+func (m *Mounter) statfs(ctx context.Context, path string) (unix.Statfs_t, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, statTimeout)
+		defer cancel()
+	}
+	m.mu.Lock()
+	p := m.probes[path]
+	if p == nil {
+		if m.probes == nil {
+			m.probes = map[string]*probe{}
+		}
+		p = &probe{done: make(chan struct{})}
+		m.probes[path] = p
+		go func() {
+			p.err = unix.Statfs(path, &p.st)
+			m.mu.Lock()
+			delete(m.probes, path)
+			m.mu.Unlock()
+			close(p.done)
+		}()
+	}
+	m.mu.Unlock()
+	select {
+	case <-p.done:
+		return p.st, p.err
+	case <-ctx.Done():
+		return unix.Statfs_t{}, fmt.Errorf("statfs %s: %w (%w)", path, ErrNotAnswering, ctx.Err())
+	}
+}
+
+// probesInFlight counts the statfs calls that have not returned yet.
+func (m *Mounter) probesInFlight() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.probes)
 }
 
 // WaitMounted polls until path is a live mount, or ctx ends.
@@ -242,12 +303,16 @@ type Usage struct {
 	TotalInodes, FreeInodes, UsedInodes   int64
 }
 
-// Statfs reads the usage of the filesystem at path.
-func (m *Mounter) Statfs(path string) (Usage, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
+// Statfs reads the usage of the filesystem at path, bounded as Probe is.
+func (m *Mounter) Statfs(ctx context.Context, path string) (Usage, error) {
+	st, err := m.statfs(ctx, filepath.Clean(path))
+	if err != nil {
 		return Usage{}, err
 	}
+	return usageOf(&st), nil
+}
+
+func usageOf(st *unix.Statfs_t) Usage {
 	bs := int64(st.Bsize)
 	u := Usage{
 		TotalBytes:     int64(st.Blocks) * bs,
@@ -257,5 +322,5 @@ func (m *Mounter) Statfs(path string) (Usage, error) {
 		FreeInodes:     int64(st.Ffree),
 	}
 	u.UsedInodes = u.TotalInodes - u.FreeInodes
-	return u, nil
+	return u
 }

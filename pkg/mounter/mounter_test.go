@@ -1,6 +1,7 @@
 package mounter
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -8,8 +9,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/csi-rclone/csi-rclone/test/hungfs"
 )
 
 // setup makes an rshared "kubelet root" holding a tmpfs "staging" mount, and
@@ -117,5 +121,58 @@ func TestBindReachesSlaveNamespace(t *testing.T) {
 	out, err := exec.Command("unshare", "-m", "--propagation", "slave", "cat", filepath.Join(tgt, "f")).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "data" {
 		t.Fatalf("read in a new namespace: %q %v", out, err)
+	}
+}
+
+// A hung mount costs one statfs in flight however many callers probe it,
+// each of them bounded by its context; once it answers, it is Mounted.
+func TestProbeOfHungMountDoesNotPileUp(t *testing.T) {
+	m, root, _ := setup(t)
+	dir := filepath.Join(root, "hung")
+	must(t, os.MkdirAll(dir, 0o755))
+	h, err := hungfs.Mount(dir)
+	if err != nil {
+		t.Skipf("cannot mount a FUSE filesystem here: %v", err)
+	}
+	t.Cleanup(h.Close)
+
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		st, _, err := m.Probe(ctx, dir)
+		cancel()
+		if st != Dead || !errors.Is(err, ErrNotAnswering) {
+			t.Fatalf("probe %d of a hung mount: %v, %v; want dead, not answering", i, st, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err = m.Statfs(ctx, dir)
+	cancel()
+	if !errors.Is(err, ErrNotAnswering) {
+		t.Fatalf("statfs of a hung mount: %v, want not answering", err)
+	}
+	if n := m.probesInFlight(); n != 1 {
+		t.Fatalf("%d probes in flight, want 1", n)
+	}
+	if n := h.StatfsCalls(); n != 1 {
+		t.Fatalf("the filesystem got %d statfs calls, want 1", n)
+	}
+
+	h.Release()
+	if st, err := m.Check(dir); st != Mounted {
+		t.Fatalf("after release: %v, %v; want mounted", st, err)
+	}
+	if n := m.probesInFlight(); n != 0 {
+		t.Fatalf("%d probes in flight after the mount answered, want 0", n)
+	}
+}
+
+func TestProbeUsage(t *testing.T) {
+	m, root, staging := setup(t)
+	st, u, err := m.Probe(context.Background(), staging)
+	if st != Mounted || err != nil || u.TotalBytes != 1<<20 || u.UsedInodes < 1 {
+		t.Fatalf("probe of a 1 MiB tmpfs: %v %+v %v", st, u, err)
+	}
+	if st, _, err := m.Probe(context.Background(), filepath.Join(root, "pods")); st != NotMounted || err != nil {
+		t.Fatalf("probe of a plain directory: %v %v", st, err)
 	}
 }
