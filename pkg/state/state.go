@@ -20,7 +20,8 @@ import (
 	"strings"
 )
 
-// Version of the record format. A record of another version is skipped.
+// Version of the record format. A record of a later version is skipped; one
+// of version 0 (no version field) is read as this version.
 const Version = 1
 
 // Phase of a volume's life on the node.
@@ -64,8 +65,14 @@ func New(dir string) (*Store, error) {
 }
 
 func (s *Store) path(volumeID string) string {
+	return filepath.Join(s.dir, FileName(volumeID))
+}
+
+// FileName is the name of a volume's record file in the store's directory:
+// fixed length, whatever characters the id holds.
+func FileName(volumeID string) string {
 	sum := sha256.Sum256([]byte(volumeID))
-	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".json")
+	return hex.EncodeToString(sum[:16]) + ".json"
 }
 
 // Save writes v atomically.
@@ -115,8 +122,45 @@ type LoadError struct {
 func (e *LoadError) Error() string { return fmt.Sprintf("record %s: %v", e.File, e.Err) }
 func (e *LoadError) Unwrap() error { return e.Err }
 
-// Load reads every record. Records that cannot be read, or are of another
-// version, come back as errors beside the good ones, never instead of them.
+// normalise makes a record read from disk safe to use whatever its shape:
+// every map present (the JSON omits empty ones), paths clean, and a record of
+// version 0 (written before records had a version or a phase) taken as a
+// staged volume of this version. It refuses what cannot be recovered.
+func (v *Volume) normalise() error {
+	switch {
+	case v.Version > Version || v.Version < 0:
+		return fmt.Errorf("format version %d, this driver reads up to %d", v.Version, Version)
+	case v.VolumeID == "" || !filepath.IsAbs(v.StagingPath):
+		return errors.New("incomplete: no volume id or no absolute staging path")
+	}
+	switch v.Phase {
+	case Staging, Staged:
+	case "":
+		v.Phase = Staged
+	default:
+		return fmt.Errorf("unknown phase %q", v.Phase)
+	}
+	v.Version = Version
+	v.StagingPath = filepath.Clean(v.StagingPath)
+	if v.Secret == nil {
+		v.Secret = map[string]string{}
+	}
+	if v.Context == nil {
+		v.Context = map[string]string{}
+	}
+	targets := make(map[string]bool, len(v.Targets))
+	for t, ro := range v.Targets {
+		if filepath.IsAbs(t) { // a relative one cannot be ours: drop it
+			targets[filepath.Clean(t)] = ro
+		}
+	}
+	v.Targets = targets
+	return nil
+}
+
+// Load reads every record, normalised. Records that cannot be read, or are
+// of a later version, come back as errors beside the good ones, never
+// instead of them.
 func (s *Store) Load() ([]*Volume, []error) {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -140,14 +184,15 @@ func (s *Store) Load() ([]*Volume, []error) {
 			errs = append(errs, &LoadError{file, fmt.Errorf("corrupt: %w", err)})
 			continue
 		}
-		switch {
-		case v.Version != Version:
-			errs = append(errs, &LoadError{file, fmt.Errorf("format version %d, this driver reads %d", v.Version, Version)})
-		case v.VolumeID == "" || v.StagingPath == "" || s.path(v.VolumeID) != file:
-			errs = append(errs, &LoadError{file, errors.New("incomplete or misnamed")})
-		default:
-			vols = append(vols, &v)
+		if err := v.normalise(); err != nil {
+			errs = append(errs, &LoadError{file, err})
+			continue
 		}
+		if s.path(v.VolumeID) != file {
+			errs = append(errs, &LoadError{file, errors.New("misnamed")})
+			continue
+		}
+		vols = append(vols, &v)
 	}
 	sort.Slice(vols, func(i, j int) bool { return vols[i].VolumeID < vols[j].VolumeID })
 	return vols, errs
