@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/csi-rclone/csi-rclone/secrets"
 )
 
 // Options say how to start workers.
@@ -77,7 +79,7 @@ func Start(ctx context.Context, opts Options, spec Spec) (*Process, error) {
 
 	p := &Process{volumeID: spec.VolumeID, cmd: cmd, stdin: stdin, events: make(chan event, 4), done: make(chan struct{})}
 	lastLine := make(chan string, 1)
-	go p.logStderr(stderr, lastLine)
+	go p.logStderr(stderr, lastLine, redactor(&spec.Volume))
 	go p.readEvents(evR)
 	go func() {
 		p.exitErr = cmd.Wait()
@@ -125,12 +127,14 @@ func (p *Process) readEvents(r io.ReadCloser) {
 	}
 }
 
-// logStderr forwards rclone's log lines, tagged with the volume.
-func (p *Process) logStderr(r io.Reader, last chan string) {
+// logStderr forwards rclone's log lines, tagged with the volume, and keeps
+// the last one for an error message: both redacted, for rclone may quote a
+// credential (an endpoint with a key in it, a failing option's value).
+func (p *Process) logStderr(r io.Reader, last chan string, redact func(string) string) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
-		line := sc.Text()
+		line := redact(sc.Text())
 		klog.InfoS("worker", "volumeID", p.volumeID, "pid", p.Pid(), "log", line)
 		select {
 		case <-last:
@@ -138,6 +142,16 @@ func (p *Process) logStderr(r io.Reader, last chan string) {
 		}
 		last <- line
 	}
+	// A line longer than the buffer ends the scan; drain the rest unread so
+	// that the worker never blocks writing to a full pipe.
+	_, _ = io.Copy(io.Discard, r)
+}
+
+// redactor replaces the volume's credentials in a line; the list of them is
+// made once, not per line.
+func redactor(v *secrets.Volume) func(string) string {
+	values := append(v.Config.Sensitive(), v.Secrets...)
+	return func(line string) string { return secrets.RedactValues(line, values) }
 }
 
 // Pid is the worker's process id.
