@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,6 +77,9 @@ type Options struct {
 	RecoveryConcurrency int
 	// MetricsAddress serves Prometheus metrics on /metrics; empty: off.
 	MetricsAddress string
+	// ProbeTimeout bounds NodeGetVolumeStats and NodeGetVolumeHealth: a
+	// mount that does not answer statfs by then is reported not answering.
+	ProbeTimeout time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -93,6 +97,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.RecoveryConcurrency <= 0 {
 		o.RecoveryConcurrency = 4
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = 5 * time.Second
 	}
 }
 
@@ -125,6 +132,14 @@ type Driver struct {
 	identity   *identityServer
 	controller *controllerServer
 	node       *nodeServer
+
+	// tasks are the background goroutines; their context is the driver's,
+	// cancelled by Shutdown.
+	tasks    *tasks
+	srvMu    sync.Mutex
+	srv      *grpc.Server // while Run serves
+	closed   bool         // Shutdown has begun: Run serves no more
+	shutdown sync.Once
 }
 
 // New checks opts and prepares the node's directories.
@@ -133,7 +148,7 @@ func New(opts Options) (*Driver, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	d := &Driver{opts: opts}
+	d := &Driver{opts: opts, tasks: newTasks()}
 	d.identity = &identityServer{d: d}
 	if opts.Mode.controller() {
 		d.controller = newControllerServer(d)
@@ -156,14 +171,26 @@ func New(opts Options) (*Driver, error) {
 	return d, nil
 }
 
-// Run serves until ctx ends, then stops the gRPC server. Workers keep their
-// mounts until this process exits.
+// stopGrace is how long calls in progress may take to finish when Run's
+// context ends, before they are cancelled.
+const stopGrace = 10 * time.Second
+
+// Run serves until ctx ends or Shutdown, then stops the gRPC server. The
+// recorded volumes are registered as recovering before the first call is
+// served, so that a call for one waits until it is mounted again; the driver
+// reports ready once every volume had its first attempt. Workers keep their
+// mounts until Shutdown or until this process exits.
 func (d *Driver) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(d.tasks.ctx, cancel) // Shutdown ends Run too
+	defer stop()
+
 	lis, err := listen(d.opts.Endpoint)
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(logRPC))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(logRPC, recoverPanic), grpc.WaitForHandlers(true))
 	csi.RegisterIdentityServer(srv, d.identity)
 	if d.controller != nil {
 		csi.RegisterControllerServer(srv, d.controller)
@@ -171,7 +198,15 @@ func (d *Driver) Run(ctx context.Context) error {
 	if d.node != nil {
 		csi.RegisterNodeServer(srv, d.node)
 	}
-	klog.InfoS("serving CSI", "driver", d.opts.DriverName, "version", d.opts.Version, "mode", d.opts.Mode, "endpoint", d.opts.Endpoint, "node", d.opts.NodeID)
+	if !d.setServer(srv) {
+		lis.Close()
+		return errShutdown
+	}
+	var vols []*stagedVolume
+	if d.node != nil {
+		vols = d.node.load()
+	}
+	klog.InfoS("serving CSI", "driver", d.opts.DriverName, "version", d.opts.Version, "mode", d.opts.Mode, "endpoint", d.opts.Endpoint, "node", d.opts.NodeID, "recovering", len(vols))
 
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(lis) }()
@@ -182,30 +217,78 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	// Identity answers at once, saying not ready; node calls for a volume
 	// wait until it is mounted again.
-	if d.node != nil {
+	if d.node == nil {
+		d.ready.Store(true)
+	} else if !d.tasks.Go("recovery", func(ctx context.Context) {
 		start := time.Now()
-		d.node.reconcile(ctx)
+		d.node.recoverAll(ctx, vols)
 		klog.InfoS("recovery done", "duration", time.Since(start))
+		d.ready.Store(ctx.Err() == nil)
+	}) {
+		d.node.abandon(vols)
 	}
-	d.ready.Store(true)
 	select {
 	case <-ctx.Done():
-		srv.GracefulStop()
+		stopServer(srv)
 		return nil
 	case err := <-errc:
+		stopServer(srv)
 		return err
 	}
 }
 
-// Shutdown stops every worker without unmounting: used by tests and by a
-// process that is going away. Files not yet uploaded stay in the cache.
-func (d *Driver) Shutdown() {
-	if d.node != nil {
-		d.node.killAll()
-		if err := d.mounter.Close(); err != nil {
-			klog.ErrorS(err, "releasing scratch dir")
-		}
+func (d *Driver) setServer(srv *grpc.Server) bool {
+	d.srvMu.Lock()
+	defer d.srvMu.Unlock()
+	if d.closed {
+		return false
 	}
+	d.srv = srv
+	return true
+}
+
+// stopServer lets the calls in progress finish for up to stopGrace, then
+// cancels them. It returns when every handler has returned.
+func stopServer(srv *grpc.Server) {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	timer := time.NewTimer(stopGrace)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		srv.Stop()
+		<-done
+	}
+}
+
+// Shutdown stops every worker without unmounting: used by tests and by a
+// process that is going away. Files not yet uploaded stay in the cache, and
+// the records stay for the next driver to recover from. In order: no new
+// call or background task starts; the calls in progress are cancelled and
+// waited for, then the background tasks (recovery, supervision); then the
+// workers are killed. Nothing is left that could start a worker after that.
+func (d *Driver) Shutdown() {
+	d.shutdown.Do(func() {
+		d.srvMu.Lock()
+		d.closed = true
+		srv := d.srv
+		d.srvMu.Unlock()
+		d.tasks.Cancel()
+		if srv != nil {
+			srv.Stop() // cancels the calls in progress and waits for them
+		}
+		d.tasks.Wait()
+		if d.node != nil {
+			d.node.killAll()
+			if err := d.mounter.Close(); err != nil {
+				klog.ErrorS(err, "releasing scratch dir")
+			}
+		}
+	})
 }
 
 func listen(endpoint string) (net.Listener, error) {

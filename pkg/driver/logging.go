@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -28,6 +29,20 @@ func logRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler gr
 		klog.V(3).InfoS("call done", "method", info.FullMethod, "duration", time.Since(start), "response", protosanitizer.StripSecrets(resp))
 	}
 	return resp, err
+}
+
+// recoverPanic turns a panic in a handler into Internal for that call, so
+// that one bad call or record cannot take down the driver and every mount
+// of the node with it. The panic and its stack go to the log; the caller
+// gets neither, as they may quote a request's values.
+func recoverPanic(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			klog.ErrorS(nil, "call panicked", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, status.Errorf(codes.Internal, "%s failed on an internal error; the driver's log has the details", info.FullMethod)
+		}
+	}()
+	return handler(ctx, req)
 }
 
 // sanitize hides configData in a volume context or StorageClass parameters:

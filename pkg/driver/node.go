@@ -232,7 +232,7 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	s.volumes[id] = v
 	v.started = time.Now()
 	s.mu.Unlock()
-	go s.keepMounted(v, v.proc)
+	s.watch(v, v.proc)
 	klog.InfoS("volume staged", "volumeID", id, "stagingPath", staging, "readOnly", v.readOnly, "workerPID", v.proc.Pid())
 	return &csi.NodeStageVolumeResponse{}, nil
 }
@@ -464,6 +464,14 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if v.stagingPath != filepath.Clean(staging) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is staged at %s, not %s", id, v.stagingPath, staging)
 	}
+	// A staging path that is not mounted (its recovery failed) would bind
+	// the node's own directory, and the pod would write to the node's disk.
+	if st, _ := s.m.Check(v.stagingPath); st != mounter.Mounted {
+		s.mu.Lock()
+		why := v.health
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.Unavailable, "volume %q is %s at %s: %s", id, st, v.stagingPath, why)
+	}
 	readOnly := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability()) || v.readOnly
 	target = filepath.Clean(target)
 
@@ -501,6 +509,9 @@ func (s *nodeServer) setTarget(v *stagedVolume, target string, readOnly, add boo
 	defer s.mu.Unlock()
 	if ro, has := v.rec.Targets[target]; add == has && (!add || ro == readOnly) {
 		return nil
+	}
+	if v.rec.Targets == nil { // state.Load never gives one; a record built elsewhere might
+		v.rec.Targets = map[string]bool{}
 	}
 	if add {
 		v.rec.Targets[target] = readOnly
@@ -557,8 +568,9 @@ func (s *nodeServer) volumeAt(id, path string) (*stagedVolume, error) {
 }
 
 // NodeGetVolumeStats reports statfs usage of a live mount. A dead one answers
-// Unavailable; NodeGetVolumeHealth says why.
-func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+// Unavailable; NodeGetVolumeHealth says why. The whole call is bounded by
+// ProbeTimeout: a mount that does not answer by then is "not answering".
+func (s *nodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), filepath.Clean(req.GetVolumePath())
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
@@ -566,19 +578,25 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 	if req.GetVolumePath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume path is required")
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.d.opts.ProbeTimeout)
+	defer cancel()
+	if err := s.begin(ctx, id); err != nil {
+		return nil, err
+	}
+	defer s.locks.release(id)
 	v, err := s.volumeAt(id, path)
 	if err != nil {
 		return nil, err
 	}
-	if st, err := s.m.Check(path); st != mounter.Mounted {
+	st, u, err := s.m.Probe(ctx, path)
+	if errors.Is(err, mounter.ErrNotAnswering) {
+		return nil, notAnswering(path)
+	}
+	if st != mounter.Mounted {
 		s.mu.Lock()
 		why := v.health
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.Unavailable, "%s is %s (%v) %s", path, st, err, why)
-	}
-	u, err := s.m.Statfs(path)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "statfs %s: %v", path, err)
 	}
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
 		{Unit: csi.VolumeUsage_BYTES, Total: u.TotalBytes, Available: u.AvailableBytes, Used: u.UsedBytes},
@@ -586,13 +604,27 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 	}}, nil
 }
 
+// notAnswering is the answer for a mount whose statfs did not return in
+// time: its daemon is hung. The probe stays in flight; a later call waits
+// for it rather than starting another.
+func notAnswering(path string) error {
+	return status.Errorf(codes.Unavailable, "%s is not answering: statfs did not return in time", path)
+}
+
 // NodeGetVolumeHealth reports a volume INACCESSIBLE when its mount is dead.
 // (CSI 1.13 replaced NodeGetVolumeStats' VolumeCondition with this call.)
-func (s *nodeServer) NodeGetVolumeHealth(_ context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+// It is bounded as NodeGetVolumeStats is.
+func (s *nodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.d.opts.ProbeTimeout)
+	defer cancel()
+	if err := s.begin(ctx, id); err != nil {
+		return nil, err
+	}
+	defer s.locks.release(id)
 	path := req.GetVolumePublishPath()
 	if path == "" {
 		path = req.GetStagingTargetPath()
@@ -608,7 +640,11 @@ func (s *nodeServer) NodeGetVolumeHealth(_ context.Context, req *csi.NodeGetVolu
 		return nil, err
 	}
 	health := &csi.VolumeHealth{VolumeId: id}
-	if st, err := s.m.Check(filepath.Clean(path)); st != mounter.Mounted {
+	st, _, err := s.m.Probe(ctx, path)
+	if errors.Is(err, mounter.ErrNotAnswering) {
+		return nil, notAnswering(path)
+	}
+	if st != mounter.Mounted {
 		msg := fmt.Sprintf("%s is %s", path, st)
 		if err != nil {
 			msg += ": " + err.Error()

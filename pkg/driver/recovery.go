@@ -24,12 +24,12 @@ const (
 	stableAfter  = time.Minute
 )
 
-// reconcile runs once when the driver starts, before it reports ready: the
-// kubelet does not stage again after a plugin restart, so the driver mounts
-// every recorded volume again and repairs its targets. The first attempt for
-// every volume is made (with bounded concurrency) before it returns; volumes
-// whose attempt failed are retried in the background with backoff.
-func (s *nodeServer) reconcile(ctx context.Context) {
+// load runs once when the driver starts, before it serves: the kubelet does
+// not stage again after a plugin restart, so every recorded volume must be
+// mounted again, and a call for one must find it. load registers each as
+// recovering (its lock held, its recovered channel open) for recoverAll, and
+// cleans up stages that did not finish.
+func (s *nodeServer) load() []*stagedVolume {
 	recs, errs := s.store.Load()
 	for _, err := range errs {
 		klog.ErrorS(err, "skipping a volume record that cannot be read")
@@ -37,6 +37,7 @@ func (s *nodeServer) reconcile(ctx context.Context) {
 	}
 	var vols []*stagedVolume
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, rec := range recs {
 		if rec.Phase == state.Staging {
 			// The driver died during NodeStageVolume; the kubelet retries it.
@@ -51,29 +52,57 @@ func (s *nodeServer) reconcile(ctx context.Context) {
 		}
 		v := s.newStagedVolume(rec)
 		v.recovered = make(chan struct{})
+		s.locks.tryAcquire(v.id) // nobody else can hold it yet: calls wait for recovered
 		s.volumes[v.id] = v
 		vols = append(vols, v)
 	}
-	s.mu.Unlock()
+	return vols
+}
 
+// recoverAll makes the first attempt to mount every loaded volume again,
+// with bounded concurrency, and returns when all are made; volumes whose
+// attempt failed are retried in the background with backoff.
+func (s *nodeServer) recoverAll(ctx context.Context, vols []*stagedVolume) {
 	sem := make(chan struct{}, s.d.opts.RecoveryConcurrency)
 	var wg sync.WaitGroup
 	for _, v := range vols {
 		wg.Add(1)
-		go func() {
+		started := s.d.tasks.Go("recover", func(ctx context.Context) {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			s.locks.tryAcquire(v.id) // nobody else can hold it yet: calls wait for recovered
-			err := s.restore(ctx, v) // no worker of ours serves it: mount anew
-			s.locks.release(v.id)
-			close(v.recovered)
-			if err != nil {
-				go s.keepMounted(v, nil)
+			err := errors.New("recovery did not finish")
+			defer func() { s.endRecovery(v, err) }() // even after a panic
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
 			}
-		}()
+			defer func() { <-sem }()
+			err = s.restore(ctx, v) // no worker of ours serves it: mount anew
+		})
+		if !started {
+			wg.Done()
+			s.endRecovery(v, errShutdown)
+		}
 	}
 	wg.Wait()
+}
+
+// abandon ends the recovery of volumes that will not be recovered: the
+// driver is shutting down.
+func (s *nodeServer) abandon(vols []*stagedVolume) {
+	for _, v := range vols {
+		s.endRecovery(v, errShutdown)
+	}
+}
+
+// endRecovery lets the calls waiting for v go on, and keeps retrying a
+// volume whose first attempt failed (unless the driver is shutting down).
+func (s *nodeServer) endRecovery(v *stagedVolume, err error) {
+	s.locks.release(v.id)
+	close(v.recovered)
+	if err != nil {
+		s.watch(v, nil)
+	}
 }
 
 // restore mounts v again from its record, decrypting its secret again, and
@@ -102,7 +131,7 @@ func (s *nodeServer) restore(ctx context.Context, v *stagedVolume) error {
 	proc := v.proc
 	s.mu.Unlock()
 	repaired := s.repairTargets(v)
-	go s.keepMounted(v, proc)
+	s.watch(v, proc)
 	took := time.Since(start)
 	metricRecoveries.WithLabelValues("success").Inc()
 	metricRecoverySeconds.Observe(took.Seconds())
@@ -197,11 +226,22 @@ func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
 	}
 }
 
+// watch supervises v's worker proc (nil: none runs) in the background,
+// until v is unstaged or the driver shuts down.
+func (s *nodeServer) watch(v *stagedVolume, proc *worker.Process) {
+	s.d.tasks.Go("supervise", func(ctx context.Context) { s.keepMounted(ctx, v, proc) })
+}
+
 // keepMounted waits until proc exits (proc nil: no worker runs) and mounts
-// v again, with backoff while that keeps failing, until v is unstaged.
-func (s *nodeServer) keepMounted(v *stagedVolume, proc *worker.Process) {
+// v again, with backoff while that keeps failing, until v is unstaged or
+// ctx (the driver's) ends.
+func (s *nodeServer) keepMounted(ctx context.Context, v *stagedVolume, proc *worker.Process) {
 	if proc != nil {
-		<-proc.Done()
+		select {
+		case <-proc.Done():
+		case <-ctx.Done():
+			return
+		}
 	}
 	for first := true; ; first = false {
 		s.mu.Lock()
@@ -223,23 +263,34 @@ func (s *nodeServer) keepMounted(v *stagedVolume, proc *worker.Process) {
 			metricWorkerRestarts.Inc()
 			klog.ErrorS(nil, "mount worker died; mounting the volume again", "volumeID", v.id, "workerPID", proc.Pid(), "in", wait)
 		}
-		time.Sleep(wait)
+		if !sleep(ctx, wait) {
+			return
+		}
 		if !s.locks.tryAcquire(v.id) {
-			time.Sleep(100 * time.Millisecond) // a CSI call has it; look again
+			if !sleep(ctx, 100*time.Millisecond) { // a CSI call has it; look again
+				return
+			}
 			continue
 		}
-		s.mu.Lock()
-		current = s.volumes[v.id] == v && v.proc == proc && !v.stopping
-		s.mu.Unlock()
-		var err error
-		if current {
-			err = s.restore(context.Background(), v)
-		}
-		s.locks.release(v.id)
-		if !current || err == nil {
+		if s.restoreIfCurrent(ctx, v, proc) {
 			return
 		}
 	}
+}
+
+// restoreIfCurrent mounts v again if proc is still its worker and no unstage
+// is stopping it. It reports whether supervising proc is over: v is mounted
+// again (and a new supervisor watches it), is not ours to mount any more, or
+// the driver is shutting down. The caller holds v's lock; it is released.
+func (s *nodeServer) restoreIfCurrent(ctx context.Context, v *stagedVolume, proc *worker.Process) bool {
+	defer s.locks.release(v.id)
+	s.mu.Lock()
+	current := s.volumes[v.id] == v && v.proc == proc && !v.stopping
+	s.mu.Unlock()
+	if !current {
+		return true
+	}
+	return s.restore(ctx, v) == nil || ctx.Err() != nil
 }
 
 // backoff is the wait before the next attempt after failures deaths or
