@@ -181,7 +181,7 @@ func (m *Mounter) WaitMounted(ctx context.Context, path string) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		st, err := m.Check(path)
+		st, _, err := m.Probe(ctx, path)
 		if st == Mounted {
 			return nil
 		}
