@@ -2,8 +2,6 @@ package envelope
 
 import (
 	"bytes"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
@@ -13,27 +11,50 @@ import (
 )
 
 func TestCommand(t *testing.T) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := testKey(t)
 	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
 	pub := filepath.Join(t.TempDir(), "pub.pem")
 	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	if err := Command("encrypt", []string{"--public-key", pub}, strings.NewReader("s3cr3t\n"), &out); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Decrypt(key, strings.TrimPrefix(strings.TrimSpace(out.String()), Prefix))
-	if err != nil || string(got) != "s3cr3t" {
-		t.Fatalf("round trip: %q %v", got, err)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want *Context // nil: unbound
+	}{
+		{"bound", []string{"--public-key", pub, "--namespace", "team-a", "--option", "secret_access_key"},
+			&Context{Namespace: "team-a", Option: "secret_access_key"}},
+		{"bound to a host given as URL", []string{"--public-key", pub, "--namespace", "team-a", "--option", "pass", "--host", "https://Dav.Example.com:8443/remote.php"},
+			&Context{Namespace: "team-a", Option: "pass", Host: "dav.example.com"}},
+		{"unbound", []string{"--public-key", pub, "--unbound"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := Command("encrypt", tc.args, strings.NewReader("s3cr3t\n"), &out); err != nil {
+				t.Fatal(err)
+			}
+			v, err := Parse(strings.TrimSpace(out.String()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (tc.want == nil) != (v.Context == nil) || (tc.want != nil && *v.Context != *tc.want) {
+				t.Fatalf("context %+v, want %+v", v.Context, tc.want)
+			}
+			if got, err := v.Open(key); err != nil || string(got) != "s3cr3t" {
+				t.Fatalf("round trip: %q %v", got, err)
+			}
+		})
 	}
 	for name, args := range map[string][]string{
-		"no key":            nil,
-		"value as argument": {"--public-key", pub, "s3cr3t"},
+		"no key":              {"--namespace", "team-a", "--option", "pass"},
+		"value as argument":   {"--public-key", pub, "--namespace", "team-a", "--option", "pass", "s3cr3t"},
+		"no namespace":        {"--public-key", pub, "--option", "pass"},
+		"no option":           {"--public-key", pub, "--namespace", "team-a"},
+		"bad namespace":       {"--public-key", pub, "--namespace", "Team A", "--option", "pass"},
+		"bad host":            {"--public-key", pub, "--namespace", "team-a", "--option", "pass", "--host", "http://a b"},
+		"unbound and context": {"--public-key", pub, "--unbound", "--namespace", "team-a"},
 	} {
+		var out bytes.Buffer
 		if err := Command("encrypt", args, strings.NewReader("x"), &out); err == nil {
 			t.Errorf("%s: no error", name)
 		}
