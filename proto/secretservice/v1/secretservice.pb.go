@@ -40,9 +40,14 @@ type DecryptRequest struct {
 	// service may restrict which namespaces a caller decrypts for.
 	PvcNamespace string `protobuf:"bytes,2,opt,name=pvc_namespace,json=pvcNamespace,proto3" json:"pvc_namespace,omitempty"`
 	PvcName      string `protobuf:"bytes,3,opt,name=pvc_name,json=pvcName,proto3" json:"pvc_name,omitempty"`
-	// Ciphertexts by an id the caller chooses; each value is the part of an
-	// encrypted field after the "csi-rclone:enc:v1:" prefix.
-	Ciphertexts   map[string]string `protobuf:"bytes,4,rep,name=ciphertexts,proto3" json:"ciphertexts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Ciphertexts by an id the caller chooses; each value is a whole
+	// encrypted field, "csi-rclone:enc:v2:..." or "csi-rclone:enc:v1:...". A
+	// value without prefix is read as v1 (what earlier drivers sent).
+	Ciphertexts map[string]string `protobuf:"bytes,4,rep,name=ciphertexts,proto3" json:"ciphertexts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Where the driver will use each ciphertext, by the same ids. A v2
+	// ciphertext is only decrypted when this matches what it was sealed for
+	// (and pvc_namespace its namespace); a missing entry matches nothing.
+	Contexts      map[string]*UseContext `protobuf:"bytes,5,rep,name=contexts,proto3" json:"contexts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -105,6 +110,69 @@ func (x *DecryptRequest) GetCiphertexts() map[string]string {
 	return nil
 }
 
+func (x *DecryptRequest) GetContexts() map[string]*UseContext {
+	if x != nil {
+		return x.Contexts
+	}
+	return nil
+}
+
+// UseContext is where one decrypted value goes.
+type UseContext struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rclone option the value is set as, e.g. "secret_access_key".
+	Option string `protobuf:"bytes,1,opt,name=option,proto3" json:"option,omitempty"`
+	// The host of the remote the option belongs to (lowercase, no port),
+	// from its endpoint/url/host option; empty when the driver cannot tell.
+	Host          string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UseContext) Reset() {
+	*x = UseContext{}
+	mi := &file_secretservice_v1_secretservice_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UseContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UseContext) ProtoMessage() {}
+
+func (x *UseContext) ProtoReflect() protoreflect.Message {
+	mi := &file_secretservice_v1_secretservice_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UseContext.ProtoReflect.Descriptor instead.
+func (*UseContext) Descriptor() ([]byte, []int) {
+	return file_secretservice_v1_secretservice_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UseContext) GetOption() string {
+	if x != nil {
+		return x.Option
+	}
+	return ""
+}
+
+func (x *UseContext) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
 type DecryptResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Plaintexts by the ids of the request.
@@ -115,7 +183,7 @@ type DecryptResponse struct {
 
 func (x *DecryptResponse) Reset() {
 	*x = DecryptResponse{}
-	mi := &file_secretservice_v1_secretservice_proto_msgTypes[1]
+	mi := &file_secretservice_v1_secretservice_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -127,7 +195,7 @@ func (x *DecryptResponse) String() string {
 func (*DecryptResponse) ProtoMessage() {}
 
 func (x *DecryptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_secretservice_v1_secretservice_proto_msgTypes[1]
+	mi := &file_secretservice_v1_secretservice_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -140,7 +208,7 @@ func (x *DecryptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecryptResponse.ProtoReflect.Descriptor instead.
 func (*DecryptResponse) Descriptor() ([]byte, []int) {
-	return file_secretservice_v1_secretservice_proto_rawDescGZIP(), []int{1}
+	return file_secretservice_v1_secretservice_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DecryptResponse) GetPlaintexts() map[string]string {
@@ -154,15 +222,23 @@ var File_secretservice_v1_secretservice_proto protoreflect.FileDescriptor
 
 const file_secretservice_v1_secretservice_proto_rawDesc = "" +
 	"\n" +
-	"$secretservice/v1/secretservice.proto\x12\x1acsirclone.secretservice.v1\"\x8c\x02\n" +
+	"$secretservice/v1/secretservice.proto\x12\x1acsirclone.secretservice.v1\"\xc7\x03\n" +
 	"\x0eDecryptRequest\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12#\n" +
 	"\rpvc_namespace\x18\x02 \x01(\tR\fpvcNamespace\x12\x19\n" +
 	"\bpvc_name\x18\x03 \x01(\tR\apvcName\x12]\n" +
-	"\vciphertexts\x18\x04 \x03(\v2;.csirclone.secretservice.v1.DecryptRequest.CiphertextsEntryR\vciphertexts\x1a>\n" +
+	"\vciphertexts\x18\x04 \x03(\v2;.csirclone.secretservice.v1.DecryptRequest.CiphertextsEntryR\vciphertexts\x12T\n" +
+	"\bcontexts\x18\x05 \x03(\v28.csirclone.secretservice.v1.DecryptRequest.ContextsEntryR\bcontexts\x1a>\n" +
 	"\x10CiphertextsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1ac\n" +
+	"\rContextsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12<\n" +
+	"\x05value\x18\x02 \x01(\v2&.csirclone.secretservice.v1.UseContextR\x05value:\x028\x01\"8\n" +
+	"\n" +
+	"UseContext\x12\x16\n" +
+	"\x06option\x18\x01 \x01(\tR\x06option\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\"\xad\x01\n" +
 	"\x0fDecryptResponse\x12[\n" +
 	"\n" +
 	"plaintexts\x18\x01 \x03(\v2;.csirclone.secretservice.v1.DecryptResponse.PlaintextsEntryR\n" +
@@ -185,23 +261,27 @@ func file_secretservice_v1_secretservice_proto_rawDescGZIP() []byte {
 	return file_secretservice_v1_secretservice_proto_rawDescData
 }
 
-var file_secretservice_v1_secretservice_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_secretservice_v1_secretservice_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_secretservice_v1_secretservice_proto_goTypes = []any{
 	(*DecryptRequest)(nil),  // 0: csirclone.secretservice.v1.DecryptRequest
-	(*DecryptResponse)(nil), // 1: csirclone.secretservice.v1.DecryptResponse
-	nil,                     // 2: csirclone.secretservice.v1.DecryptRequest.CiphertextsEntry
-	nil,                     // 3: csirclone.secretservice.v1.DecryptResponse.PlaintextsEntry
+	(*UseContext)(nil),      // 1: csirclone.secretservice.v1.UseContext
+	(*DecryptResponse)(nil), // 2: csirclone.secretservice.v1.DecryptResponse
+	nil,                     // 3: csirclone.secretservice.v1.DecryptRequest.CiphertextsEntry
+	nil,                     // 4: csirclone.secretservice.v1.DecryptRequest.ContextsEntry
+	nil,                     // 5: csirclone.secretservice.v1.DecryptResponse.PlaintextsEntry
 }
 var file_secretservice_v1_secretservice_proto_depIdxs = []int32{
-	2, // 0: csirclone.secretservice.v1.DecryptRequest.ciphertexts:type_name -> csirclone.secretservice.v1.DecryptRequest.CiphertextsEntry
-	3, // 1: csirclone.secretservice.v1.DecryptResponse.plaintexts:type_name -> csirclone.secretservice.v1.DecryptResponse.PlaintextsEntry
-	0, // 2: csirclone.secretservice.v1.SecretService.Decrypt:input_type -> csirclone.secretservice.v1.DecryptRequest
-	1, // 3: csirclone.secretservice.v1.SecretService.Decrypt:output_type -> csirclone.secretservice.v1.DecryptResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	3, // 0: csirclone.secretservice.v1.DecryptRequest.ciphertexts:type_name -> csirclone.secretservice.v1.DecryptRequest.CiphertextsEntry
+	4, // 1: csirclone.secretservice.v1.DecryptRequest.contexts:type_name -> csirclone.secretservice.v1.DecryptRequest.ContextsEntry
+	5, // 2: csirclone.secretservice.v1.DecryptResponse.plaintexts:type_name -> csirclone.secretservice.v1.DecryptResponse.PlaintextsEntry
+	1, // 3: csirclone.secretservice.v1.DecryptRequest.ContextsEntry.value:type_name -> csirclone.secretservice.v1.UseContext
+	0, // 4: csirclone.secretservice.v1.SecretService.Decrypt:input_type -> csirclone.secretservice.v1.DecryptRequest
+	2, // 5: csirclone.secretservice.v1.SecretService.Decrypt:output_type -> csirclone.secretservice.v1.DecryptResponse
+	5, // [5:6] is the sub-list for method output_type
+	4, // [4:5] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_secretservice_v1_secretservice_proto_init() }
@@ -215,7 +295,7 @@ func file_secretservice_v1_secretservice_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_secretservice_v1_secretservice_proto_rawDesc), len(file_secretservice_v1_secretservice_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

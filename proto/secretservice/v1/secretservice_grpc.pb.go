@@ -38,8 +38,10 @@ const (
 type SecretServiceClient interface {
 	// Decrypt returns the plaintext of every ciphertext, or fails whole:
 	// InvalidArgument for a malformed or tampered ciphertext, PermissionDenied
-	// when the caller may not decrypt for this namespace, Unauthenticated for
-	// a missing, expired or forged token.
+	// when the caller may not decrypt for this namespace or a ciphertext is
+	// used outside the context it was sealed for (or is unbound, v1, and the
+	// service does not accept those), Unauthenticated for a missing, expired
+	// or forged token.
 	Decrypt(ctx context.Context, in *DecryptRequest, opts ...grpc.CallOption) (*DecryptResponse, error)
 }
 
@@ -67,8 +69,10 @@ func (c *secretServiceClient) Decrypt(ctx context.Context, in *DecryptRequest, o
 type SecretServiceServer interface {
 	// Decrypt returns the plaintext of every ciphertext, or fails whole:
 	// InvalidArgument for a malformed or tampered ciphertext, PermissionDenied
-	// when the caller may not decrypt for this namespace, Unauthenticated for
-	// a missing, expired or forged token.
+	// when the caller may not decrypt for this namespace or a ciphertext is
+	// used outside the context it was sealed for (or is unbound, v1, and the
+	// service does not accept those), Unauthenticated for a missing, expired
+	// or forged token.
 	Decrypt(context.Context, *DecryptRequest) (*DecryptResponse, error)
 	mustEmbedUnimplementedSecretServiceServer()
 }
