@@ -50,7 +50,7 @@ type serveFlags struct {
 	jwtKeys                                         listFlag
 	previousKeys                                    listFlag
 	jwksURL, jwksCA, issuer, audience               string
-	tokenReview                                     bool
+	tokenReview, allowUnbound                       bool
 	tokenReviewAudiences                            listFlag
 	namespaces, subjects                            listFlag
 	shutdownTimeout                                 time.Duration
@@ -75,6 +75,7 @@ func serve(args []string) error {
 	fl.Var(&f.tokenReviewAudiences, "token-review-audiences", "audiences the TokenReview requires (comma list)")
 	fl.Var(&f.namespaces, "allowed-namespaces", "PVC namespaces callers may decrypt for (comma list); empty: any")
 	fl.Var(&f.subjects, "allowed-subjects", "token subjects that may decrypt (comma list); empty: any authenticated caller")
+	fl.BoolVar(&f.allowUnbound, "allow-unbound-ciphertexts", false, "also decrypt v1 values, which are not bound to a namespace, option and host (weaker: a copied value decrypts anywhere); only while re-encrypting")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to finish calls in flight after SIGTERM")
 	if err := fl.Parse(args); err != nil {
 		return err
@@ -111,7 +112,11 @@ func serve(args []string) error {
 	}
 	srv := secretservice.New(secretservice.Options{
 		PrivateKey: priv, PreviousKeys: previous, Verifier: verifier, AllowedNamespaces: f.namespaces, AllowedSubjects: f.subjects,
+		AllowUnbound: f.allowUnbound,
 	})
+	if f.allowUnbound {
+		klog.InfoS("WARNING: --allow-unbound-ciphertexts: v1 values decrypt in any namespace and for any remote; re-encrypt them with a context")
+	}
 
 	var tlsConf *tls.Config
 	if f.tlsCert != "" {

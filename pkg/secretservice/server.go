@@ -1,6 +1,13 @@
 // Package secretservice is the reference secret service: it decrypts the
 // envelope-encrypted values of a stage secret for an authenticated CSI
 // driver, over gRPC and HTTP/JSON (proto/secretservice/v1).
+//
+// A bound (v2) value is only decrypted where it was sealed for: its
+// namespace must be the request's PVC namespace, its option the option the
+// driver sets it as, and its host (if it names one) the host of that
+// remote. The check reads the value's context without the key, so a value
+// used elsewhere is refused (PermissionDenied) before anything is
+// decrypted; a tampered one fails to open (InvalidArgument).
 package secretservice
 
 import (
@@ -9,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -43,6 +51,10 @@ type Options struct {
 	// AllowedSubjects restricts the callers; empty allows any authenticated
 	// subject.
 	AllowedSubjects []string
+	// AllowUnbound accepts v1 values, which name no context: anyone who can
+	// copy one into a stage secret (another namespace, another remote) has
+	// it decrypted there. Weaker; only while values are re-encrypted.
+	AllowUnbound bool
 }
 
 // Server implements pb.SecretServiceServer and its HTTP/JSON form.
@@ -107,11 +119,30 @@ func (s *Server) decrypt(ctx context.Context, transport, authHeader string, req 
 		return nil, status.Error(codes.InvalidArgument, "no ciphertexts")
 	}
 
-	out := make(map[string]string, len(req.GetCiphertexts()))
+	ids := slices.Sorted(maps.Keys(req.GetCiphertexts()))
+	values := make(map[string]*envelope.Value, len(ids))
 	var bad []string
-	for id, ct := range req.GetCiphertexts() {
-		// Tolerate the full field value too: the prefix is not secret.
-		pt, err := s.open(strings.TrimPrefix(ct, envelope.Prefix))
+	for _, id := range ids {
+		ct := req.GetCiphertexts()[id]
+		if !envelope.IsEncrypted(ct) {
+			ct = envelope.PrefixV1 + ct // earlier drivers sent v1 without its prefix
+		}
+		v, err := envelope.Parse(ct)
+		if err != nil {
+			bad = append(bad, id)
+			continue
+		}
+		values[id] = v
+	}
+	if len(bad) > 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "cannot decrypt %s: %v", strings.Join(bad, ", "), envelope.ErrMalformed)
+	}
+	if err := s.checkContexts(req, ids, values); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(ids))
+	for _, id := range ids {
+		pt, err := s.open(values[id])
 		// A proto3 string must be UTF-8; a binary value could not be sent back.
 		if err != nil || !utf8.Valid(pt) {
 			bad = append(bad, id)
@@ -120,7 +151,6 @@ func (s *Server) decrypt(ctx context.Context, transport, authHeader string, req 
 		out[id] = string(pt)
 	}
 	if len(bad) > 0 {
-		slices.Sort(bad)
 		return nil, status.Errorf(codes.InvalidArgument, "cannot decrypt %s: %v, or not UTF-8", strings.Join(bad, ", "), envelope.ErrMalformed)
 	}
 	return &pb.DecryptResponse{Plaintexts: out}, nil
@@ -202,14 +232,42 @@ func writeError(w http.ResponseWriter, httpStatus int, code codes.Code, msg stri
 	}{code.String(), msg})
 }
 
+// checkContexts refuses the request when a value is used outside the
+// context it was sealed for, or is unbound and those are not accepted. The
+// message names each value and what differs, never a plaintext.
+func (s *Server) checkContexts(req *pb.DecryptRequest, ids []string, values map[string]*envelope.Value) error {
+	var denied []string
+	for _, id := range ids {
+		v := values[id]
+		if v.Context == nil {
+			if !s.o.AllowUnbound {
+				denied = append(denied, id+": unbound ciphertext; re-encrypt with a context")
+			}
+			continue
+		}
+		use := req.GetContexts()[id]
+		host, err := envelope.NormalizeHost(use.GetHost())
+		if err != nil {
+			host = "" // unknown: matches only a value sealed for any host
+		}
+		if err := v.Context.Permits(envelope.Context{Namespace: req.GetPvcNamespace(), Option: use.GetOption(), Host: host}); err != nil {
+			denied = append(denied, id+": "+err.Error())
+		}
+	}
+	if len(denied) > 0 {
+		return status.Error(codes.PermissionDenied, strings.Join(denied, "; "))
+	}
+	return nil
+}
+
 // open tries the current key, then the previous ones.
-func (s *Server) open(opaque string) ([]byte, error) {
-	pt, err := envelope.Decrypt(s.o.PrivateKey, opaque)
+func (s *Server) open(v *envelope.Value) ([]byte, error) {
+	pt, err := v.Open(s.o.PrivateKey)
 	for _, k := range s.o.PreviousKeys {
 		if err == nil {
 			break
 		}
-		pt, err = envelope.Decrypt(k, opaque)
+		pt, err = v.Open(k)
 	}
 	return pt, err
 }

@@ -53,7 +53,8 @@ type env struct {
 // answers a gRPC status error.
 type decryptFunc func(t *testing.T, token string, req *pb.DecryptRequest) (*pb.DecryptResponse, error)
 
-func newEnv(t *testing.T) *env {
+// newEnv starts the service; tweak, if not nil, changes its options.
+func newEnv(t *testing.T, tweak func(*Options)) *env {
 	t.Helper()
 	e := &env{serviceKey: testpki.RSAKey(t), signKey: testpki.ECKey(t)}
 	v, err := NewJWTVerifier(t.Context(), JWTOptions{
@@ -62,10 +63,14 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Options{
+	o := Options{
 		PrivateKey: e.serviceKey, Verifier: v,
 		AllowedNamespaces: []string{testNS, "team-b"}, AllowedSubjects: []string{testSubject, "node:node-2"},
-	})
+	}
+	if tweak != nil {
+		tweak(&o)
+	}
+	srv := New(o)
 	serverTLS, roots, _ := testpki.ServerTLS(t)
 	e.transports = map[string]decryptFunc{
 		"grpc": startGRPC(t, srv, serverTLS, roots),
@@ -166,29 +171,43 @@ func httpStatusError(t *testing.T, resp *http.Response, data []byte) *status.Sta
 	return nil
 }
 
+// Where the tests' values are used, unless a case says otherwise: "a" is
+// sealed for this context, host included; "b" and "k" for any host.
+var (
+	useA = &pb.UseContext{Option: "secret_access_key", Host: "s3.example.com"}
+	useB = &pb.UseContext{Option: "pass"}
+)
+
 func TestDecrypt(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, nil)
 	valid := func(c *jwt.RegisteredClaims) {}
 	good := e.token(t, valid)
-	ctA := e.encrypt(t, "s3cr3t-a")
-	ctB := e.encrypt(t, "pässwörd b")
-	otherKeyCT := strings.TrimPrefix(testpki.Encrypt(t, &testpki.RSAKey(t).PublicKey, "x"), envelope.Prefix)
+	ctA := e.seal(t, envelope.Context{Namespace: testNS, Option: "secret_access_key", Host: "s3.example.com"}, "s3cr3t-a")
+	ctB := e.seal(t, envelope.Context{Namespace: testNS, Option: "pass"}, "pässwörd b")
+	ctTeamB := e.seal(t, envelope.Context{Namespace: "team-b", Option: "pass"}, "for team b")
+	otherKeyCT := testpki.Seal(t, &testpki.RSAKey(t).PublicKey, envelope.Context{Namespace: testNS, Option: "pass"}, "x")
+	unbound := testpki.SealUnbound(t, &e.serviceKey.PublicKey, "v1 value")
 
 	tests := []struct {
 		name  string
 		token string
 		ns    string
 		cts   map[string]string
+		uses  map[string]*pb.UseContext // default: a → useA, others → useB
 		want  map[string]string
 		code  codes.Code
 		msg   string // in the error message
 	}{
 		{name: "success", token: good, ns: testNS, cts: map[string]string{"a": ctA, "b": ctB},
 			want: map[string]string{"a": "s3cr3t-a", "b": "pässwörd b"}},
-		{name: "full prefixed value", token: good, ns: testNS,
-			cts: map[string]string{"a": envelope.Prefix + ctA}, want: map[string]string{"a": "s3cr3t-a"}},
+		{name: "request host is normalized", token: good, ns: testNS, cts: map[string]string{"a": ctA},
+			uses: map[string]*pb.UseContext{"a": {Option: "secret_access_key", Host: "HTTPS://S3.Example.com:443/bucket"}},
+			want: map[string]string{"a": "s3cr3t-a"}},
+		{name: "no host sealed: any host", token: good, ns: testNS, cts: map[string]string{"b": ctB},
+			uses: map[string]*pb.UseContext{"b": {Option: "pass", Host: "elsewhere.example"}},
+			want: map[string]string{"b": "pässwörd b"}},
 		{name: "other allowed subject", token: e.token(t, func(c *jwt.RegisteredClaims) { c.Subject = "node:node-2" }),
-			ns: "team-b", cts: map[string]string{"a": ctA}, want: map[string]string{"a": "s3cr3t-a"}},
+			ns: "team-b", cts: map[string]string{"b": ctTeamB}, want: map[string]string{"b": "for team b"}},
 		{name: "missing token", ns: testNS, cts: map[string]string{"a": ctA}, code: codes.Unauthenticated},
 		{name: "garbage token", token: "not.a.jwt", ns: testNS, cts: map[string]string{"a": ctA}, code: codes.Unauthenticated},
 		{name: "expired", token: e.token(t, func(c *jwt.RegisteredClaims) {
@@ -215,18 +234,43 @@ func TestDecrypt(t *testing.T) {
 		{name: "namespace not allowed", token: good, ns: "team-c", cts: map[string]string{"a": ctA},
 			code: codes.PermissionDenied, msg: "team-c"},
 		{name: "no namespace", token: good, cts: map[string]string{"a": ctA}, code: codes.PermissionDenied},
+		// The attacks that binding stops.
+		{name: "replayed into another namespace", token: good, ns: "team-b", cts: map[string]string{"a": ctA},
+			code: codes.PermissionDenied, msg: `a: ciphertext sealed for another context: sealed for namespace "team-a", used in namespace "team-b"`},
+		{name: "moved to another option", token: good, ns: testNS, cts: map[string]string{"a": ctA},
+			uses: map[string]*pb.UseContext{"a": {Option: "pass", Host: "s3.example.com"}},
+			code: codes.PermissionDenied, msg: `sealed for option "secret_access_key", used as option "pass"`},
+		{name: "sealed host, other host", token: good, ns: testNS, cts: map[string]string{"a": ctA},
+			uses: map[string]*pb.UseContext{"a": {Option: "secret_access_key", Host: "evil.example"}},
+			code: codes.PermissionDenied, msg: `sealed for host "s3.example.com", used for host "evil.example"`},
+		{name: "sealed host, host unknown", token: good, ns: testNS, cts: map[string]string{"a": ctA},
+			uses: map[string]*pb.UseContext{"a": {Option: "secret_access_key"}},
+			code: codes.PermissionDenied, msg: "host is unknown"},
+		{name: "no use context sent", token: good, ns: testNS, cts: map[string]string{"b": ctB},
+			uses: map[string]*pb.UseContext{}, code: codes.PermissionDenied, msg: `used as option ""`},
+		{name: "one of two denied", token: good, ns: testNS, cts: map[string]string{"a": ctA, "b": ctTeamB},
+			code: codes.PermissionDenied, msg: `b: ciphertext sealed for another context: sealed for namespace "team-b"`},
+		{name: "unbound refused", token: good, ns: testNS, cts: map[string]string{"u": unbound},
+			code: codes.PermissionDenied, msg: "u: unbound ciphertext; re-encrypt with a context"},
+		{name: "unbound without prefix refused", token: good, ns: testNS, cts: map[string]string{"u": strings.TrimPrefix(unbound, envelope.PrefixV1)},
+			code: codes.PermissionDenied, msg: "unbound ciphertext"},
 		{name: "tampered ciphertext", token: good, ns: testNS, cts: map[string]string{"a": ctA, "b": tamper(ctB)},
 			code: codes.InvalidArgument, msg: "b"},
 		{name: "other service key", token: good, ns: testNS, cts: map[string]string{"k": otherKeyCT},
 			code: codes.InvalidArgument, msg: "k"},
 		{name: "not an envelope", token: good, ns: testNS, cts: map[string]string{"k": "plain"},
 			code: codes.InvalidArgument, msg: "k"},
+		{name: "unknown version", token: good, ns: testNS, cts: map[string]string{"k": envelope.Marker + "v3:abc"},
+			code: codes.InvalidArgument, msg: "k"},
 		{name: "empty request", token: good, ns: testNS, code: codes.InvalidArgument},
 	}
 	for tname, call := range e.transports {
 		for _, tc := range tests {
 			t.Run(tname+"/"+tc.name, func(t *testing.T) {
-				req := &pb.DecryptRequest{VolumeId: "vol-1", PvcNamespace: tc.ns, PvcName: "data", Ciphertexts: tc.cts}
+				req := &pb.DecryptRequest{VolumeId: "vol-1", PvcNamespace: tc.ns, PvcName: "data", Ciphertexts: tc.cts, Contexts: tc.uses}
+				if tc.uses == nil {
+					req.Contexts = defaultUses(tc.cts)
+				}
 				resp, err := call(t, tc.token, req)
 				if got := status.Code(err); got != tc.code {
 					t.Fatalf("code %s (%v), want %s", got, err, tc.code)
@@ -241,6 +285,11 @@ func TestDecrypt(t *testing.T) {
 							t.Errorf("message %q echoes a token or ciphertext", msg)
 						}
 					}
+					for _, plain := range []string{"s3cr3t-a", "pässwörd b", "for team b", "v1 value"} {
+						if strings.Contains(msg, plain) {
+							t.Errorf("message %q quotes a plaintext", msg)
+						}
+					}
 					return
 				}
 				if got := resp.GetPlaintexts(); !maps.Equal(got, tc.want) {
@@ -249,6 +298,42 @@ func TestDecrypt(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestAllowUnbound: an operator who allows unbound values gets v1 values
+// decrypted (with or without their prefix), and v2 still bound.
+func TestAllowUnbound(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.AllowUnbound = true })
+	token := e.token(t, func(*jwt.RegisteredClaims) {})
+	unbound := testpki.SealUnbound(t, &e.serviceKey.PublicKey, "v1 value")
+	bound := e.seal(t, envelope.Context{Namespace: testNS, Option: "pass"}, "v2 value")
+	for tname, call := range e.transports {
+		t.Run(tname, func(t *testing.T) {
+			cts := map[string]string{"u": unbound, "raw": strings.TrimPrefix(unbound, envelope.PrefixV1), "b": bound}
+			resp, err := call(t, token, &pb.DecryptRequest{VolumeId: "v", PvcNamespace: testNS, Ciphertexts: cts, Contexts: defaultUses(cts)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[string]string{"u": "v1 value", "raw": "v1 value", "b": "v2 value"}; !maps.Equal(resp.GetPlaintexts(), want) {
+				t.Fatalf("plaintexts %v, want %v", resp.GetPlaintexts(), want)
+			}
+			_, err = call(t, token, &pb.DecryptRequest{VolumeId: "v", PvcNamespace: "team-b", Ciphertexts: map[string]string{"b": bound}, Contexts: defaultUses(cts)})
+			if status.Code(err) != codes.PermissionDenied {
+				t.Fatalf("bound value in another namespace: %v, want PermissionDenied", err)
+			}
+		})
+	}
+}
+
+func defaultUses(cts map[string]string) map[string]*pb.UseContext {
+	uses := map[string]*pb.UseContext{}
+	for id := range cts {
+		uses[id] = useB
+		if id == "a" {
+			uses[id] = useA
+		}
+	}
+	return uses
 }
 
 func TestHTTPProtocol(t *testing.T) {
@@ -303,19 +388,23 @@ func TestLogsNoSecrets(t *testing.T) {
 	klog.SetOutput(&buf)
 	t.Cleanup(func() { klog.SetOutput(io.Discard); _ = fs.Set("logtostderr", "true") })
 
-	e := newEnv(t)
+	e := newEnv(t, nil)
 	token := e.token(t, func(*jwt.RegisteredClaims) {})
-	ct := e.encrypt(t, "hunter2")
+	ct := e.seal(t, envelope.Context{Namespace: testNS, Option: "pass"}, "hunter2")
 	call := e.transports["grpc"]
-	if _, err := call(t, token, &pb.DecryptRequest{VolumeId: "vol-9", PvcNamespace: testNS, Ciphertexts: map[string]string{"pw": ct}}); err != nil {
+	uses := map[string]*pb.UseContext{"pw": useB}
+	if _, err := call(t, token, &pb.DecryptRequest{VolumeId: "vol-9", PvcNamespace: testNS, Ciphertexts: map[string]string{"pw": ct}, Contexts: uses}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := call(t, token, &pb.DecryptRequest{VolumeId: "vol-9", PvcNamespace: testNS, Ciphertexts: map[string]string{"pw": tamper(ct)}}); status.Code(err) != codes.InvalidArgument {
+	if _, err := call(t, token, &pb.DecryptRequest{VolumeId: "vol-9", PvcNamespace: testNS, Ciphertexts: map[string]string{"pw": tamper(ct)}, Contexts: uses}); status.Code(err) != codes.InvalidArgument {
+		t.Fatal(err)
+	}
+	if _, err := call(t, token, &pb.DecryptRequest{VolumeId: "vol-9", PvcNamespace: "team-b", Ciphertexts: map[string]string{"pw": ct}, Contexts: uses}); status.Code(err) != codes.PermissionDenied {
 		t.Fatal(err)
 	}
 	klog.Flush()
 	log := buf.String()
-	for _, want := range []string{`subject="node:node-1"`, `volumeID="vol-9"`, `outcome="OK"`, `outcome="InvalidArgument"`, "values=1"} {
+	for _, want := range []string{`subject="node:node-1"`, `volumeID="vol-9"`, `outcome="OK"`, `outcome="InvalidArgument"`, `outcome="PermissionDenied"`, "sealed for namespace", "values=1"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %s:\n%s", want, log)
 		}
@@ -356,12 +445,13 @@ func sign(t *testing.T, m jwt.SigningMethod, key any, c jwt.Claims) string {
 	return s
 }
 
-// encrypt returns the opaque part, as the driver sends it.
-func (e *env) encrypt(t *testing.T, plaintext string) string {
-	return strings.TrimPrefix(testpki.Encrypt(t, &e.serviceKey.PublicKey, plaintext), envelope.Prefix)
+// seal returns the whole value, as the driver sends it.
+func (e *env) seal(t *testing.T, c envelope.Context, plaintext string) string {
+	return testpki.Seal(t, &e.serviceKey.PublicKey, c, plaintext)
 }
 
-// tamper changes one character inside the Fernet token.
+// tamper changes one character after the first "." (the wrapped key of a
+// v2 value).
 func tamper(ct string) string {
 	i := strings.Index(ct, ".") + 20
 	c := byte('A')
