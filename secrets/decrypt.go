@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,12 +28,56 @@ const (
 )
 
 // DecryptRequest asks the secret service for the plaintexts of ciphertexts,
-// keyed by ids the caller chooses. Each ciphertext is without the prefix.
+// keyed by ids the caller chooses. Each ciphertext is the whole value, with
+// its prefix.
 type DecryptRequest struct {
-	VolumeID     string
+	VolumeID string
+	// PVCNamespace is from the volume context, never from the secret: a
+	// bound value decrypts only in the namespace it was sealed for.
 	PVCNamespace string
 	PVCName      string
 	Ciphertexts  map[string]string
+	// Contexts says, by the same ids, where each value will be used.
+	Contexts map[string]UseContext
+}
+
+// UseContext is where a decrypted value goes: the rclone option it is set
+// as, and the host of its remote ("" when unknown). The secret service
+// compares them with what the value was sealed for.
+type UseContext struct {
+	Option string
+	Host   string
+}
+
+// hostOptions are the options rclone's backends (v1.76) take their server
+// from: endpoint (s3, azureblob, b2, gcs, koofr, oracleobjectstorage,
+// qingstor, sharefile, ...), url (webdav, http, filefabric), host (sftp,
+// ftp, smb, netstorage, quatrix), hostname (pcloud), auth and storage_url
+// (swift), api_url (sia, pixeldrain).
+var hostOptions = []string{"endpoint", "url", "host", "hostname", "auth", "storage_url", "api_url"}
+
+// sectionHost is the host that a section's credentials are sent to, from its
+// effective options; "" when it cannot tell. Every host option the section
+// sets must name the same host: a backend reads only one of them, and a
+// tenant could otherwise set a decoy beside the one that counts. An
+// encrypted or unparsable value makes the host unknown.
+func sectionHost(section map[string]string) string {
+	host := ""
+	for _, key := range hostOptions {
+		v := strings.TrimSpace(section[key])
+		if v == "" {
+			continue
+		}
+		if envelope.IsEncrypted(v) || v == Placeholder {
+			return ""
+		}
+		h, err := envelope.NormalizeHost(v)
+		if err != nil || (host != "" && h != host) {
+			return ""
+		}
+		host = h
+	}
+	return host
 }
 
 // Decrypter is a secret service client. Its errors wrap ErrInvalid,
@@ -61,8 +106,9 @@ func optionOverrides(secret map[string]string) (map[string]string, error) {
 
 // decrypt replaces, in place, every encrypted value of cfg and overrides
 // with its plaintext, and returns the values that came encrypted or as
-// overrides.
-func decrypt(ctx context.Context, src Source, cfg Config, overrides map[string]string, dec Decrypter) ([]string, error) {
+// overrides. The overrides are options of the remote section, which is where
+// they are used: its host is that of its options after the overrides.
+func decrypt(ctx context.Context, src Source, cfg Config, remote string, overrides map[string]string, dec Decrypter) ([]string, error) {
 	var secretValues []string
 	if key, legacy := src.Secret[KeySecretKey]; legacy {
 		for name, token := range overrides {
@@ -85,19 +131,29 @@ func decrypt(ctx context.Context, src Source, cfg Config, overrides map[string]s
 	}
 	places := map[string]place{}
 	ciphertexts := map[string]string{}
-	add := func(id string, m map[string]string, key string) {
+	contexts := map[string]UseContext{}
+	add := func(id string, m map[string]string, key, host string) {
 		if v := m[key]; envelope.IsEncrypted(v) {
 			places[id] = place{m, key}
-			ciphertexts[id] = strings.TrimPrefix(v, envelope.Prefix)
+			ciphertexts[id] = v
+			contexts[id] = UseContext{Option: key, Host: host}
 		}
 	}
 	for name, section := range cfg {
-		for key := range section {
-			add(name+"/"+key, section, key)
+		effective := section
+		if name == remote {
+			effective = maps.Clone(section)
+			maps.Copy(effective, overrides)
 		}
-	}
-	for key := range overrides {
-		add("/"+key, overrides, key)
+		host := sectionHost(effective)
+		for key := range section {
+			add(name+"/"+key, section, key, host)
+		}
+		if name == remote {
+			for key := range overrides {
+				add("/"+key, overrides, key, host)
+			}
+		}
 	}
 	if len(ciphertexts) > 0 {
 		if dec == nil {
@@ -108,6 +164,7 @@ func decrypt(ctx context.Context, src Source, cfg Config, overrides map[string]s
 			PVCNamespace: src.VolumeContext[KeyPVCNamespace],
 			PVCName:      src.VolumeContext[KeyPVCName],
 			Ciphertexts:  ciphertexts,
+			Contexts:     contexts,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("decrypting %d value(s): %w", len(ciphertexts), err)

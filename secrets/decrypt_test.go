@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -12,7 +13,8 @@ import (
 	"github.com/csi-rclone/csi-rclone/pkg/envelope"
 )
 
-// fakeService "decrypts" by reversing the opaque part; it records requests.
+// fakeService "decrypts" by reversing what follows the v2 prefix; it
+// records requests.
 type fakeService struct {
 	err  error
 	reqs []DecryptRequest
@@ -25,7 +27,7 @@ func (f *fakeService) Decrypt(_ context.Context, req DecryptRequest) (map[string
 	}
 	out := map[string]string{}
 	for id, ct := range req.Ciphertexts {
-		r := []rune(ct)
+		r := []rune(strings.TrimPrefix(ct, envelope.PrefixV2))
 		for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
 			r[i], r[j] = r[j], r[i]
 		}
@@ -39,7 +41,7 @@ func enc(plain string) string {
 	for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
 		r[i], r[j] = r[j], r[i]
 	}
-	return envelope.Prefix + string(r)
+	return envelope.PrefixV2 + string(r)
 }
 
 const s3Section = "[store]\ntype = s3\nprovider = Other\nendpoint = http://127.0.0.1:9000\n"
@@ -106,9 +108,12 @@ func TestBuildDecrypts(t *testing.T) {
 				if r.VolumeID != "vol" || r.PVCNamespace != tc.context[KeyPVCNamespace] || r.PVCName != tc.context[KeyPVCName] {
 					t.Errorf("request %+v", r)
 				}
-				for _, ct := range r.Ciphertexts {
-					if strings.HasPrefix(ct, envelope.Prefix) {
-						t.Errorf("ciphertext sent with its prefix: %q", ct)
+				for id, ct := range r.Ciphertexts {
+					if !strings.HasPrefix(ct, envelope.PrefixV2) {
+						t.Errorf("ciphertext sent without its prefix: %q", ct)
+					}
+					if _, ok := r.Contexts[id]; !ok {
+						t.Errorf("no context for %s", id)
 					}
 				}
 			}
@@ -142,6 +147,119 @@ func TestBuildDecryptFailures(t *testing.T) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDecryptContexts: each value goes with the option it is set as and the
+// host of its section's effective options, overrides included.
+func TestDecryptContexts(t *testing.T) {
+	var fk fernet.Key
+	if err := fk.Generate(); err != nil {
+		t.Fatal(err)
+	}
+	fernetEndpoint, _ := fernet.EncryptAndSign([]byte("https://tenant.example"), &fk)
+	const s3 = "[store]\ntype = s3\nprovider = Other\n"
+	for _, tc := range []struct {
+		name   string
+		secret map[string]string
+		want   map[string]UseContext
+	}{
+		{
+			name:   "configData value, endpoint URL with port",
+			secret: map[string]string{"remote": "store", "configData": s3 + "endpoint = http://127.0.0.1:9000\nsecret_access_key = " + enc("SK") + "\n"},
+			want:   map[string]UseContext{"store/secret_access_key": {"secret_access_key", "127.0.0.1"}},
+		},
+		{
+			name: "override of the endpoint: the host of the tenant's server",
+			secret: map[string]string{"remote": "store", "configData": s3 + "endpoint = https://s3.example.org\nsecret_access_key = <sensitive>\naccess_key_id = " + enc("AK") + "\n",
+				"endpoint": "https://Tenant.Example:8443/", "secret_access_key": enc("SK")},
+			want: map[string]UseContext{"/secret_access_key": {"secret_access_key", "tenant.example"}, "store/access_key_id": {"access_key_id", "tenant.example"}},
+		},
+		{
+			name: "legacy Fernet override of the endpoint is read in plaintext",
+			secret: map[string]string{"remote": "store", "configData": s3 + "endpoint = https://s3.example.org\nsecret_access_key = " + enc("SK") + "\n",
+				"secretKey": fk.Encode(), "endpoint": string(fernetEndpoint)},
+			want: map[string]UseContext{"store/secret_access_key": {"secret_access_key", "tenant.example"}},
+		},
+		{
+			name: "overrides apply to the mounted remote only",
+			secret: map[string]string{"remote": "enc", "endpoint": "https://ignored.example",
+				"configData": "[enc]\ntype = crypt\nremote = dav:x\npassword = " + enc("PW") + "\n" +
+					"[dav]\ntype = webdav\nurl = https://dav.example.org/remote.php/dav\npass = " + enc("DAV") + "\n"},
+			want: map[string]UseContext{"enc/password": {"password", "ignored.example"}, "dav/pass": {"pass", "dav.example.org"}},
+		},
+		{
+			name:   "sftp host",
+			secret: map[string]string{"remote": "box", "configData": "[box]\ntype = sftp\nhost = SFTP.example.org\nuser = u\npass = " + enc("PW") + "\n"},
+			want:   map[string]UseContext{"box/pass": {"pass", "sftp.example.org"}},
+		},
+		{
+			name:   "no host option",
+			secret: map[string]string{"remote": "store", "configData": s3 + "region = eu-central-1\nsecret_access_key = " + enc("SK") + "\n"},
+			want:   map[string]UseContext{"store/secret_access_key": {"secret_access_key", ""}},
+		},
+		{
+			name:   "encrypted endpoint: host unknown",
+			secret: map[string]string{"remote": "store", "configData": s3 + "endpoint = " + enc("https://s3.example.org") + "\nsecret_access_key = " + enc("SK") + "\n"},
+			want:   map[string]UseContext{"store/secret_access_key": {"secret_access_key", ""}, "store/endpoint": {"endpoint", ""}},
+		},
+		{
+			name:   "host options that disagree: host unknown",
+			secret: map[string]string{"remote": "store", "configData": s3 + "endpoint = https://s3.example.org\nurl = https://tenant.example\nsecret_access_key = " + enc("SK") + "\n"},
+			want:   map[string]UseContext{"store/secret_access_key": {"secret_access_key", ""}},
+		},
+		{
+			name:   "host options that agree",
+			secret: map[string]string{"remote": "store", "configData": s3 + "endpoint = https://s3.example.org\nurl = s3.example.org:443\nsecret_access_key = " + enc("SK") + "\n"},
+			want:   map[string]UseContext{"store/secret_access_key": {"secret_access_key", "s3.example.org"}},
+		},
+		{
+			name:   "unparsable endpoint: host unknown",
+			secret: map[string]string{"remote": "store", "configData": s3 + "endpoint = http://exa mple\nsecret_access_key = " + enc("SK") + "\n"},
+			want:   map[string]UseContext{"store/secret_access_key": {"secret_access_key", ""}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := &fakeService{}
+			vc := map[string]string{KeyPVCNamespace: "alice"}
+			if _, err := Build(context.Background(), Source{Secret: tc.secret, VolumeContext: vc, VolumeID: "vol"}, nil, svc); err != nil {
+				t.Fatal(err)
+			}
+			if len(svc.reqs) != 1 {
+				t.Fatalf("%d calls, want 1", len(svc.reqs))
+			}
+			r := svc.reqs[0]
+			if !maps.Equal(r.Contexts, tc.want) {
+				t.Errorf("contexts %v, want %v", r.Contexts, tc.want)
+			}
+			if r.PVCNamespace != "alice" {
+				t.Errorf("namespace %q", r.PVCNamespace)
+			}
+		})
+	}
+}
+
+// TestNamespaceNotFromSecret: the namespace a value is decrypted for comes
+// from the volume context; a secret key cannot set it.
+func TestNamespaceNotFromSecret(t *testing.T) {
+	cfg := s3Section + "secret_access_key = " + enc("SK") + "\n"
+	for _, key := range []string{KeyPVCNamespace, "pvc_namespace", "namespace"} {
+		svc := &fakeService{}
+		secret := map[string]string{"remote": "store", "configData": cfg, key: "victim"}
+		_, err := Build(context.Background(), Source{Secret: secret, VolumeContext: map[string]string{KeyPVCNamespace: "alice"}}, nil, svc)
+		if err == nil && key == KeyPVCNamespace {
+			t.Fatalf("secret key %q accepted", key)
+		}
+		if err == nil {
+			// A plain option name is an option override of the remote, never the namespace.
+			if len(svc.reqs) != 1 || svc.reqs[0].PVCNamespace != "alice" {
+				t.Errorf("secret key %q: requests %+v", key, svc.reqs)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalid) || len(svc.reqs) != 0 {
+			t.Errorf("secret key %q: %v, %d requests", key, err, len(svc.reqs))
+		}
 	}
 }
 

@@ -134,7 +134,7 @@ func Build(ctx context.Context, src Source, policy *Policy, dec Decrypter) (*Vol
 	if err := policy.checkNames(cfg, remote, overrides); err != nil {
 		return nil, err
 	}
-	secretValues, err := decrypt(ctx, src, cfg, overrides, dec)
+	secretValues, err := decrypt(ctx, src, cfg, remote, overrides, dec)
 	if err != nil {
 		return nil, err
 	}

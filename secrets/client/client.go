@@ -127,6 +127,10 @@ func (c *Client) Close() error { return c.t.close() }
 func (c *Client) Decrypt(ctx context.Context, req secrets.DecryptRequest) (map[string]string, error) {
 	in := &pb.DecryptRequest{
 		VolumeId: req.VolumeID, PvcNamespace: req.PVCNamespace, PvcName: req.PVCName, Ciphertexts: req.Ciphertexts,
+		Contexts: make(map[string]*pb.UseContext, len(req.Contexts)),
+	}
+	for id, c := range req.Contexts {
+		in.Contexts[id] = &pb.UseContext{Option: c.Option, Host: c.Host}
 	}
 	wait := c.opts.Backoff
 	var err error

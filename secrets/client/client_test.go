@@ -164,10 +164,12 @@ func TestDecryptTLS(t *testing.T) {
 	}
 	cts := map[string]string{}
 	for id, p := range plain {
-		cts[id] = encrypt(t, &f.serviceKey.PublicKey, p)
+		cts[id] = encrypt(t, &f.serviceKey.PublicKey, id, p)
 	}
 	tampered := tamper(cts["/password"])
-	otherServiceCT := encrypt(t, &testpki.RSAKey(t).PublicKey, "for another service")
+	otherServiceCT := encrypt(t, &testpki.RSAKey(t).PublicKey, "/x", "for another service")
+	moved := map[string]string{"/secret_access_key": cts["/password"]}
+	otherHost := map[string]secrets.UseContext{"/password": {Option: "password", Host: "tenant.example"}}
 
 	tests := []struct {
 		name  string
@@ -175,6 +177,7 @@ func TestDecryptTLS(t *testing.T) {
 		ca    string // default f.caFile
 		ns    string
 		cts   map[string]string
+		uses  map[string]secrets.UseContext // default: usesOf(cts)
 		want  map[string]string
 		kind  error // nil: success; errAny: any error
 	}{
@@ -204,6 +207,9 @@ func TestDecryptTLS(t *testing.T) {
 		{name: "tampered ciphertext", ns: allowedNS,
 			cts: map[string]string{"store/secret_access_key": cts["store/secret_access_key"], "/password": tampered}, kind: secrets.ErrInvalid},
 		{name: "ciphertext for another service", ns: allowedNS, cts: map[string]string{"/x": otherServiceCT}, kind: secrets.ErrInvalid},
+		{name: "moved to another option", ns: allowedNS, cts: moved, kind: secrets.ErrDenied},
+		{name: "used for another host", ns: allowedNS, cts: map[string]string{"/password": cts["/password"]}, uses: otherHost, kind: secrets.ErrDenied},
+		{name: "no contexts sent", ns: allowedNS, cts: cts, uses: map[string]secrets.UseContext{}, kind: secrets.ErrDenied},
 		{name: "CA does not match", ca: f.otherCAFile, ns: allowedNS, cts: cts, kind: errAny},
 	}
 	for _, tr := range tlsTransports {
@@ -221,8 +227,12 @@ func TestDecryptTLS(t *testing.T) {
 						ca = tc.ca
 					}
 					c := newClient(t, Options{Endpoint: endpoint, CAFile: ca, Token: rec, Timeout: 5 * time.Second, Attempts: 2, Backoff: 10 * time.Millisecond})
+					uses := tc.uses
+					if uses == nil {
+						uses = usesOf(tc.cts)
+					}
 					got, err := c.Decrypt(t.Context(), secrets.DecryptRequest{
-						VolumeID: "vol-1", PVCNamespace: tc.ns, PVCName: "data", Ciphertexts: tc.cts,
+						VolumeID: "vol-1", PVCNamespace: tc.ns, PVCName: "data", Ciphertexts: tc.cts, Contexts: uses,
 					})
 					if tc.kind == nil {
 						if err != nil {
@@ -287,8 +297,8 @@ func noSecrets(t *testing.T, err error, rec *recorder, plain, cts map[string]str
 func TestServiceDown(t *testing.T) {
 	f := newFixture(t)
 	plain := map[string]string{"/secret_access_key": "comes-back-secret"}
-	cts := map[string]string{"/secret_access_key": encrypt(t, &f.serviceKey.PublicKey, plain["/secret_access_key"])}
-	req := secrets.DecryptRequest{VolumeID: "vol-down", PVCNamespace: allowedNS, Ciphertexts: cts}
+	cts := map[string]string{"/secret_access_key": encrypt(t, &f.serviceKey.PublicKey, "/secret_access_key", plain["/secret_access_key"])}
+	req := secrets.DecryptRequest{VolumeID: "vol-down", PVCNamespace: allowedNS, Ciphertexts: cts, Contexts: usesOf(cts)}
 
 	for _, tr := range tlsTransports {
 		t.Run(tr.name, func(t *testing.T) {
@@ -368,7 +378,7 @@ func TestServiceDown(t *testing.T) {
 func TestPlainTransports(t *testing.T) {
 	f := newFixture(t)
 	plain := map[string]string{"/k": "plain-transport-secret"}
-	cts := map[string]string{"/k": encrypt(t, &f.serviceKey.PublicKey, plain["/k"])}
+	cts := map[string]string{"/k": encrypt(t, &f.serviceKey.PublicKey, "/k", plain["/k"])}
 
 	g := grpc.NewServer()
 	f.srv.Register(g)
@@ -397,11 +407,11 @@ func TestPlainTransports(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rec := &recorder{src: signed(t, f.ecKeyFile, testIssuer, testAudience, nil)}
 			c := newClient(t, Options{Endpoint: endpoint, Token: rec, Attempts: 1})
-			got, err := c.Decrypt(t.Context(), secrets.DecryptRequest{VolumeID: "v", PVCNamespace: allowedNS, Ciphertexts: cts})
+			got, err := c.Decrypt(t.Context(), secrets.DecryptRequest{VolumeID: "v", PVCNamespace: allowedNS, Ciphertexts: cts, Contexts: usesOf(cts)})
 			if err != nil || !maps.Equal(got, plain) {
 				t.Fatalf("got %v, %v", got, err)
 			}
-			_, err = c.Decrypt(t.Context(), secrets.DecryptRequest{VolumeID: "v", PVCNamespace: "team-b", Ciphertexts: cts})
+			_, err = c.Decrypt(t.Context(), secrets.DecryptRequest{VolumeID: "v", PVCNamespace: "team-b", Ciphertexts: cts, Contexts: usesOf(cts)})
 			if !errors.Is(err, secrets.ErrDenied) {
 				t.Fatalf("other namespace: %v, want ErrDenied", err)
 			}
@@ -464,13 +474,28 @@ func newClient(t *testing.T, o Options) *Client {
 	return c
 }
 
-func encrypt(t *testing.T, pub *rsa.PublicKey, plaintext string) string {
+// testHost is the host every test value is sealed for.
+const testHost = "s3.example.org"
+
+// encrypt seals plaintext for the namespace allowedNS, testHost and the
+// option its id names ("section/option").
+func encrypt(t *testing.T, pub *rsa.PublicKey, id, plaintext string) string {
 	t.Helper()
-	// The driver sends the opaque part, without the prefix.
-	return strings.TrimPrefix(testpki.Encrypt(t, pub, plaintext), envelope.Prefix)
+	return testpki.Seal(t, pub, envelope.Context{Namespace: allowedNS, Option: optionOf(id), Host: testHost}, plaintext)
 }
 
-// tamper changes one character inside the Fernet token.
+func optionOf(id string) string { return id[strings.LastIndex(id, "/")+1:] }
+
+// usesOf says each value is used as the option its id names, on testHost.
+func usesOf(cts map[string]string) map[string]secrets.UseContext {
+	uses := map[string]secrets.UseContext{}
+	for id := range cts {
+		uses[id] = secrets.UseContext{Option: optionOf(id), Host: testHost}
+	}
+	return uses
+}
+
+// tamper changes one character after the first "." (the wrapped key).
 func tamper(ct string) string {
 	i := strings.Index(ct, ".") + 20
 	c := byte('A')
