@@ -74,7 +74,7 @@ func TestExamples(t *testing.T) {
 				encrypted++
 				renku = renku || strings.Contains(s.StringData["configData"], k+" = "+secrets.Placeholder)
 			}
-			encrypted += strings.Count(v, " = "+envelope.Prefix)
+			encrypted += strings.Count(v, " = "+envelope.PrefixV2)
 		}
 		if encrypted == 0 {
 			t.Errorf("Secret %s has no encrypted value", s.Name)

@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/csi-rclone/csi-rclone/pkg/driver"
 	"github.com/csi-rclone/csi-rclone/pkg/envelope"
 	"github.com/csi-rclone/csi-rclone/pkg/secretservice"
+	"github.com/csi-rclone/csi-rclone/pkg/state"
 	"github.com/csi-rclone/csi-rclone/secrets"
 	"github.com/csi-rclone/csi-rclone/secrets/client"
 	"github.com/csi-rclone/csi-rclone/test/harness"
@@ -30,11 +32,21 @@ const (
 	ssAudience = "csi-rclone-secret-service"
 	ssSubject  = "system:serviceaccount:kube-system:csi-rclone-node"
 	ssNS       = "team-a"
+	// ssOtherNS is another tenant's namespace, also allowed by the service.
+	ssOtherNS = "team-b"
+	// s3Host is the host of the harness's S3 endpoint (http://127.0.0.1:port).
+	s3Host = "127.0.0.1"
 )
 
+// seal encrypts plaintext for pub, bound to the namespace ssNS, option and
+// the harness's S3 host.
+func seal(t *testing.T, pub *rsa.PublicKey, option, plaintext string) string {
+	return testpki.Seal(t, pub, envelope.Context{Namespace: ssNS, Option: option, Host: s3Host}, plaintext)
+}
+
 // startSecretServiceEnv starts the secret service (envelope key pub, JWT
-// signed by a key of the driver's, namespace ssNS only) and the driver with
-// a client of it.
+// signed by a key of the driver's, namespaces ssNS and ssOtherNS) and the
+// driver with a client of it.
 func startSecretServiceEnv(t *testing.T) (*harness.Env, *harness.SecretService, *rsa.PublicKey) {
 	t.Helper()
 	if why := harness.Supported(); why != "" {
@@ -50,7 +62,7 @@ func startSecretServiceEnv(t *testing.T) (*harness.Env, *harness.SecretService, 
 	}
 	ss, err := harness.StartSecretService(secretservice.New(secretservice.Options{
 		PrivateKey: serviceKey, Verifier: verifier,
-		AllowedNamespaces: []string{ssNS}, AllowedSubjects: []string{ssSubject},
+		AllowedNamespaces: []string{ssNS, ssOtherNS}, AllowedSubjects: []string{ssSubject},
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +112,9 @@ func withOption(t *testing.T, configData, key, value string) string {
 func writeThrough(t *testing.T, v *vol, bucket string) {
 	t.Helper()
 	v.mustStage()
+	if !recorded(t, v.e, v.id) {
+		t.Fatal("no recovery record of a staged volume") // else failsCleanly's check proves nothing
+	}
 	target := v.mustPublish("pod", false)
 	content := "written through " + v.id
 	if err := os.WriteFile(filepath.Join(target, "f.txt"), []byte(content), 0o644); err != nil {
@@ -115,14 +130,15 @@ func writeThrough(t *testing.T, v *vol, bucket string) {
 	if err != nil || string(got) != content {
 		t.Fatalf("object in the bucket: %q, %v", got, err)
 	}
-	if mounted(t, v.staging) || workers(t, v.id) != 0 {
-		t.Fatal("mount or worker left after unstage")
+	if mounted(t, v.staging) || workers(t, v.id) != 0 || recorded(t, v.e, v.id) {
+		t.Fatal("mount, worker or record left after unstage")
 	}
 }
 
-// failsCleanly stages v, wants code, and checks that nothing is left and
-// that the message quotes no credential.
-func failsCleanly(t *testing.T, v *vol, code codes.Code, secretValues ...string) {
+// failsCleanly stages v, wants code, and checks that nothing is left (no
+// mount, worker, cache dir or record) and that the message quotes no
+// credential. It returns the stage's error.
+func failsCleanly(t *testing.T, v *vol, code codes.Code, secretValues ...string) error {
 	t.Helper()
 	err := v.stage()
 	wantCode(t, err, code)
@@ -141,6 +157,35 @@ func failsCleanly(t *testing.T, v *vol, code codes.Code, secretValues ...string)
 	if left, _ := os.ReadDir(filepath.Join(v.e.Dir, "cache")); len(left) != 0 {
 		t.Errorf("cache dirs left: %v", left)
 	}
+	if recorded(t, v.e, v.id) {
+		t.Error("recovery record left after a failed stage")
+	}
+	return err
+}
+
+// recorded reports whether the driver holds a recovery record of a volume.
+// It reads the files itself: state.New would chmod the directory, which
+// the unprivileged workers traverse.
+func recorded(t *testing.T, e *harness.Env, volumeID string) bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(e.Dir, "state", "volumes", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec state.Volume
+		if err := json.Unmarshal(data, &rec); err != nil {
+			t.Fatalf("record %s: %v", f, err)
+		}
+		if rec.VolumeID == volumeID {
+			return true
+		}
+	}
+	return false
 }
 
 func TestSecretServiceStage(t *testing.T) {
@@ -155,9 +200,9 @@ func TestSecretServiceStage(t *testing.T) {
 
 	t.Run("encrypted configData", func(t *testing.T) {
 		v := newVol(t, e, "vol-ss-config", "enc-config")
-		cfg := withOption(t, v.secret["configData"], "secret_access_key", testpki.Encrypt(t, pub, harness.SecretAccessKey))
+		cfg := withOption(t, v.secret["configData"], "secret_access_key", seal(t, pub, "secret_access_key", harness.SecretAccessKey))
 		// Two encrypted values, decrypted in one call.
-		v.secret["configData"] = withOption(t, cfg, "access_key_id", testpki.Encrypt(t, pub, harness.AccessKeyID))
+		v.secret["configData"] = withOption(t, cfg, "access_key_id", seal(t, pub, "access_key_id", harness.AccessKeyID))
 		v.context = pvc
 		writeThrough(t, v, "enc-config")
 	})
@@ -165,12 +210,12 @@ func TestSecretServiceStage(t *testing.T) {
 	t.Run("Renku override", func(t *testing.T) {
 		v := newVol(t, e, "vol-ss-override", "enc-override")
 		v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", secrets.Placeholder)
-		v.secret["secret_access_key"] = testpki.Encrypt(t, pub, harness.SecretAccessKey)
+		v.secret["secret_access_key"] = seal(t, pub, "secret_access_key", harness.SecretAccessKey)
 		v.context = pvc
 		writeThrough(t, v, "enc-override")
 	})
 
-	good := testpki.Encrypt(t, pub, harness.SecretAccessKey)
+	good := seal(t, pub, "secret_access_key", harness.SecretAccessKey)
 	otherKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -184,14 +229,14 @@ func TestSecretServiceStage(t *testing.T) {
 		{"namespace not allowed", good, map[string]string{secrets.KeyPVCNamespace: "team-z", secrets.KeyPVCName: "data"}, codes.PermissionDenied},
 		{"no namespace", good, nil, codes.PermissionDenied},
 		{"tampered ciphertext", tamperEnvelope(good), pvc, codes.InvalidArgument},
-		{"ciphertext for another service", testpki.Encrypt(t, &otherKey.PublicKey, harness.SecretAccessKey), pvc, codes.InvalidArgument},
+		{"ciphertext for another service", seal(t, &otherKey.PublicKey, "secret_access_key", harness.SecretAccessKey), pvc, codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newVol(t, e, "vol-ss-"+strings.ReplaceAll(tc.name, " ", "-"), "enc-fail")
 			v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", secrets.Placeholder)
 			v.secret["secret_access_key"] = tc.ct
 			v.context = tc.context
-			failsCleanly(t, v, tc.code, tc.ct, strings.TrimPrefix(tc.ct, envelope.Prefix))
+			failsCleanly(t, v, tc.code, tc.ct)
 		})
 	}
 
@@ -200,7 +245,7 @@ func TestSecretServiceStage(t *testing.T) {
 		v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", good)
 		v.context = pvc
 		ss.Stop()
-		failsCleanly(t, v, codes.Unavailable, good, strings.TrimPrefix(good, envelope.Prefix))
+		failsCleanly(t, v, codes.Unavailable, good)
 
 		// The kubelet retries the stage; once the service is back it works.
 		if err := ss.Start(); err != nil {
@@ -217,8 +262,84 @@ func TestSecretServiceStage(t *testing.T) {
 	})
 }
 
-// tamperEnvelope changes one character inside the Fernet token of an
-// envelope.
+// TestSecretServiceContextBinding: the attacks that binding values to their
+// context stops. Each value is intact and sealed for this service; each
+// stage is refused by the service before any worker starts.
+func TestSecretServiceContextBinding(t *testing.T) {
+	e, _, pub := startSecretServiceEnv(t)
+	if err := e.S3.MakeBucket("bound"); err != nil {
+		t.Fatal(err)
+	}
+	pvc := func(ns string) map[string]string {
+		return map[string]string{secrets.KeyPVCNamespace: ns, secrets.KeyPVCName: "data"}
+	}
+	// The tenant's own server: another host name for the same S3 server, so
+	// that only the host differs.
+	tenantEndpoint := strings.Replace(e.S3.Endpoint, s3Host, "localhost", 1)
+	// Another tenant's Secret holds this value, sealed for their namespace.
+	victims := testpki.Seal(t, pub, envelope.Context{Namespace: ssOtherNS, Option: "secret_access_key", Host: s3Host}, harness.SecretAccessKey)
+	keyID := seal(t, pub, "access_key_id", harness.AccessKeyID)
+	secret := seal(t, pub, "secret_access_key", harness.SecretAccessKey)
+
+	t.Run("bound value in its context", func(t *testing.T) {
+		v := newVol(t, e, "vol-bound-ok", "bound")
+		v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", secret)
+		v.context = pvc(ssNS)
+		writeThrough(t, v, "bound")
+	})
+
+	for _, tc := range []struct {
+		name string
+		mod  func(v *vol)
+		msg  string
+	}{
+		{"replayed into another namespace", func(v *vol) {
+			v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", victims)
+		}, `sealed for namespace "team-b", used in namespace "team-a"`},
+		{"moved to another option", func(v *vol) {
+			v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", keyID)
+		}, `sealed for option "access_key_id", used as option "secret_access_key"`},
+		{"endpoint overridden to the tenant's server", func(v *vol) {
+			v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", secret)
+			v.secret["endpoint"] = tenantEndpoint
+		}, `sealed for host "127.0.0.1", used for host "localhost"`},
+		{"endpoint of the tenant's server in configData", func(v *vol) {
+			cfg := withOption(t, v.secret["configData"], "endpoint", tenantEndpoint)
+			v.secret["configData"] = withOption(t, cfg, "secret_access_key", secrets.Placeholder)
+			v.secret["secret_access_key"] = secret
+		}, `sealed for host "127.0.0.1", used for host "localhost"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newVol(t, e, "vol-bound-"+strings.ReplaceAll(tc.name, " ", "-"), "bound")
+			v.context = pvc(ssNS)
+			tc.mod(v)
+			err := failsCleanly(t, v, codes.PermissionDenied, victims, keyID, secret, harness.AccessKeyID)
+			if msg := status.Convert(err).Message(); !strings.Contains(msg, tc.msg) {
+				t.Errorf("message %q does not say %q", msg, tc.msg)
+			}
+		})
+	}
+}
+
+// TestSecretServiceUnbound: a v1 value is refused unless the service allows
+// unbound values.
+func TestSecretServiceUnbound(t *testing.T) {
+	e, _, pub := startSecretServiceEnv(t)
+	if err := e.S3.MakeBucket("unbound"); err != nil {
+		t.Fatal(err)
+	}
+	v := newVol(t, e, "vol-unbound", "unbound")
+	ct := testpki.SealUnbound(t, pub, harness.SecretAccessKey)
+	v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", ct)
+	v.context = map[string]string{secrets.KeyPVCNamespace: ssNS}
+	err := failsCleanly(t, v, codes.PermissionDenied, ct)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "unbound ciphertext; re-encrypt with a context") {
+		t.Errorf("message %q does not say why", msg)
+	}
+}
+
+// tamperEnvelope changes one character after the first "." of a value (the
+// wrapped key of v2).
 func tamperEnvelope(ct string) string {
 	i := strings.Index(ct, ".") + 20
 	c := byte('A')
@@ -283,7 +404,7 @@ func TestEncryptedWithoutSecretService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ct := testpki.Encrypt(t, &k.PublicKey, harness.SecretAccessKey)
+	ct := seal(t, &k.PublicKey, "secret_access_key", harness.SecretAccessKey)
 	v := newVol(t, e, "vol-enc-no-service", "noservice")
 	v.secret["configData"] = withOption(t, v.secret["configData"], "secret_access_key", ct)
 	failsCleanly(t, v, codes.InvalidArgument, ct)

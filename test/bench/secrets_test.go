@@ -74,12 +74,14 @@ func BenchmarkSecretService(b *testing.B) {
 	go func() { _ = hs.Serve(httpLis) }()
 	defer hs.Close()
 
-	ct, err := envelope.Encrypt(&rsaKey.PublicKey, []byte("csi-rclone-bench-secret-access-key"))
+	ct, err := envelope.Seal(&rsaKey.PublicKey, envelope.Context{Namespace: "alice", Option: "secret_access_key", Host: "127.0.0.1"},
+		[]byte("csi-rclone-bench-secret-access-key"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	req := secrets.DecryptRequest{VolumeID: "bench-vol", PVCNamespace: "alice", PVCName: "data",
-		Ciphertexts: map[string]string{"secret_access_key": ct}}
+		Ciphertexts: map[string]string{"secret_access_key": ct},
+		Contexts:    map[string]secrets.UseContext{"secret_access_key": {Option: "secret_access_key", Host: "127.0.0.1"}}}
 	token, err := client.NewSignedToken(keyFile, ssIssuer, "node:bench-node", ssAudience, 5*time.Minute)
 	if err != nil {
 		b.Fatal(err)
@@ -106,7 +108,8 @@ func BenchmarkSecretService(b *testing.B) {
 	}
 
 	b.Run("in-process", func(b *testing.B) {
-		in := &pb.DecryptRequest{VolumeId: req.VolumeID, PvcNamespace: req.PVCNamespace, PvcName: req.PVCName, Ciphertexts: req.Ciphertexts}
+		in := &pb.DecryptRequest{VolumeId: req.VolumeID, PvcNamespace: req.PVCNamespace, PvcName: req.PVCName, Ciphertexts: req.Ciphertexts,
+			Contexts: map[string]*pb.UseContext{"secret_access_key": {Option: "secret_access_key", Host: "127.0.0.1"}}}
 		inProcess(b, func(ctx context.Context) error {
 			tok, err := token.Token(ctx)
 			if err != nil {

@@ -105,8 +105,8 @@ func run(binary string, keep bool) (err error) {
 	}
 	info("endpoint %s, bucket \"demo\" with %d objects", s3.Endpoint, len(samples))
 
-	step("starting the secret service on loopback; sealing the S3 secret key for it")
-	ss, sealed, signingKey, err := startSecretService(dir)
+	step("starting the secret service on loopback; sealing the S3 secret key for it, bound to namespace \"demo\", option secret_access_key and the endpoint's host")
+	ss, sealed, signingKey, err := startSecretService(dir, s3.Endpoint)
 	if err != nil {
 		return err
 	}
@@ -243,8 +243,9 @@ const (
 
 // startSecretService runs the reference secret service with a fresh RSA key,
 // trusting JWTs signed by a fresh EC key that the driver gets as a file. It
-// returns the service, the S3 secret key sealed for it, and the key file.
-func startSecretService(dir string) (*harness.SecretService, string, string, error) {
+// returns the service, the S3 secret key sealed for it (for namespace "demo"
+// and endpoint's host), and the key file.
+func startSecretService(dir, endpoint string) (*harness.SecretService, string, string, error) {
 	serviceKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, "", "", err
@@ -267,7 +268,12 @@ func startSecretService(dir string) (*harness.SecretService, string, string, err
 	if err != nil {
 		return nil, "", "", err
 	}
-	sealed, err := envelope.Encrypt(&serviceKey.PublicKey, []byte(harness.SecretAccessKey))
+	host, err := envelope.NormalizeHost(endpoint)
+	if err != nil {
+		return nil, "", "", err
+	}
+	sealed, err := envelope.Seal(&serviceKey.PublicKey,
+		envelope.Context{Namespace: "demo", Option: "secret_access_key", Host: host}, []byte(harness.SecretAccessKey))
 	if err != nil {
 		return nil, "", "", err
 	}

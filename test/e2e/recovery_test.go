@@ -21,6 +21,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
+	"github.com/csi-rclone/csi-rclone/pkg/envelope"
 	"github.com/csi-rclone/csi-rclone/test/harness"
 	"github.com/csi-rclone/csi-rclone/test/kubelet"
 	"github.com/csi-rclone/csi-rclone/test/s3server"
@@ -160,7 +161,12 @@ func TestRecovery(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 
-	encrypted := testpki.Encrypt(t, &e.secretKey.PublicKey, privateSecretKey)
+	host, err := envelope.NormalizeHost(e.s3.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	encrypted := testpki.Seal(t, &e.secretKey.PublicKey,
+		envelope.Context{Namespace: "alice", Option: "secret_access_key", Host: host}, privateSecretKey)
 	shared := kubelet.Volume{PV: "pv-shared", Handle: "shared-vol", Capability: rwx(),
 		Secret: map[string]string{"remote": "s3", "remotePath": "shared", "configData": e.s3.RcloneConfig("s3")}}
 	private := kubelet.Volume{PV: "pv-private", Handle: "private-vol", Capability: rwx(),

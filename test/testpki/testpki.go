@@ -61,10 +61,21 @@ func WritePrivateKey(t testing.TB, dir, name string, key any) string {
 	return WritePEM(t, dir, name, "PRIVATE KEY", der)
 }
 
-// Encrypt seals plaintext for pub: the full "csi-rclone:enc:v1:..." value.
-func Encrypt(t testing.TB, pub *rsa.PublicKey, plaintext string) string {
+// Seal seals plaintext for pub, bound to c: the full
+// "csi-rclone:enc:v2:..." value.
+func Seal(t testing.TB, pub *rsa.PublicKey, c envelope.Context, plaintext string) string {
 	t.Helper()
-	ct, err := envelope.Encrypt(pub, []byte(plaintext))
+	ct, err := envelope.Seal(pub, c, []byte(plaintext))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ct
+}
+
+// SealUnbound seals plaintext for pub in the v1 form, bound to nothing.
+func SealUnbound(t testing.TB, pub *rsa.PublicKey, plaintext string) string {
+	t.Helper()
+	ct, err := envelope.SealUnbound(pub, []byte(plaintext))
 	if err != nil {
 		t.Fatal(err)
 	}
