@@ -22,7 +22,7 @@ const usage = `usage: secret-service <command> [flags]
 
 commands:
   serve    serve Decrypt over gRPC and HTTP/JSON
-  encrypt  encrypt the value on stdin for a public key
+  encrypt  encrypt the value on stdin for a public key, bound to a namespace and option
   keygen   write a new RSA key pair
 `
 
