@@ -53,7 +53,9 @@ type UseContext struct {
 // from: endpoint (s3, azureblob, b2, gcs, koofr, oracleobjectstorage,
 // qingstor, sharefile, ...), url (webdav, http, filefabric), host (sftp,
 // ftp, smb, netstorage, quatrix), hostname (pcloud), auth and storage_url
-// (swift), api_url (sia, pixeldrain).
+// (swift), api_url (sia, pixeldrain). It is not addressOptions (network.go):
+// those include proxies, checked as addresses but not where a credential is
+// meant to go.
 var hostOptions = []string{"endpoint", "url", "host", "hostname", "auth", "storage_url", "api_url"}
 
 // sectionHost is the host that a section's credentials are sent to, from its

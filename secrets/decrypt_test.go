@@ -159,6 +159,7 @@ func TestDecryptContexts(t *testing.T) {
 	}
 	fernetEndpoint, _ := fernet.EncryptAndSign([]byte("https://tenant.example"), &fk)
 	const s3 = "[store]\ntype = s3\nprovider = Other\n"
+	const swift = "[sw]\ntype = swift\nuser = u\n"
 	for _, tc := range []struct {
 		name   string
 		secret map[string]string
@@ -183,10 +184,10 @@ func TestDecryptContexts(t *testing.T) {
 		},
 		{
 			name: "overrides apply to the mounted remote only",
-			secret: map[string]string{"remote": "enc", "endpoint": "https://ignored.example",
-				"configData": "[enc]\ntype = crypt\nremote = dav:x\npassword = " + enc("PW") + "\n" +
-					"[dav]\ntype = webdav\nurl = https://dav.example.org/remote.php/dav\npass = " + enc("DAV") + "\n"},
-			want: map[string]UseContext{"enc/password": {"password", "ignored.example"}, "dav/pass": {"pass", "dav.example.org"}},
+			secret: map[string]string{"remote": "dav", "url": "https://tenant.example/dav",
+				"configData": "[dav]\ntype = webdav\nurl = https://dav.example.org/remote.php/dav\npass = " + enc("DAV") + "\n" +
+					"[other]\ntype = s3\nprovider = Other\nendpoint = https://s3.example.org\nsecret_access_key = " + enc("SK") + "\n"},
+			want: map[string]UseContext{"dav/pass": {"pass", "tenant.example"}, "other/secret_access_key": {"secret_access_key", "s3.example.org"}},
 		},
 		{
 			name:   "sftp host",
@@ -205,13 +206,13 @@ func TestDecryptContexts(t *testing.T) {
 		},
 		{
 			name:   "host options that disagree: host unknown",
-			secret: map[string]string{"remote": "store", "configData": s3 + "endpoint = https://s3.example.org\nurl = https://tenant.example\nsecret_access_key = " + enc("SK") + "\n"},
-			want:   map[string]UseContext{"store/secret_access_key": {"secret_access_key", ""}},
+			secret: map[string]string{"remote": "sw", "configData": swift + "auth = https://keystone.example.org/v3\nstorage_url = https://tenant.example/v1/AUTH_x\nkey = " + enc("K") + "\n"},
+			want:   map[string]UseContext{"sw/key": {"key", ""}},
 		},
 		{
 			name:   "host options that agree",
-			secret: map[string]string{"remote": "store", "configData": s3 + "endpoint = https://s3.example.org\nurl = s3.example.org:443\nsecret_access_key = " + enc("SK") + "\n"},
-			want:   map[string]UseContext{"store/secret_access_key": {"secret_access_key", "s3.example.org"}},
+			secret: map[string]string{"remote": "sw", "configData": swift + "auth = https://swift.example.org/auth/v1.0\nstorage_url = swift.example.org:443\nkey = " + enc("K") + "\n"},
+			want:   map[string]UseContext{"sw/key": {"key", "swift.example.org"}},
 		},
 		{
 			name:   "unparsable endpoint: host unknown",
