@@ -91,7 +91,7 @@ type Source struct {
 //     secret wins, because the secret is what a platform writes per session;
 //  2. parse configData; collect option overrides (other keys of the secret);
 //  3. decrypt: legacy Fernet overrides with secretKey, and every encrypted
-//     value (envelope.Prefix) in one call to the secret service;
+//     value (envelope.Marker) in one call to the secret service;
 //  4. put the overrides into the mounted remote's section;
 //  5. check everything against the policy.
 //
