@@ -3,6 +3,7 @@ package secrets
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rclone/rclone/fs"
 )
@@ -82,6 +83,13 @@ type limitedOption struct {
 	match func(name string) bool
 	size  func(Limits) fs.SizeSuffix // for kindSize options
 	count func(Limits) int           // for kindInt options
+	// minCount is the least a kindInt option may be, where a small value
+	// costs the node (max_upload_parts = 1 makes one chunk of a file).
+	minCount int
+	// minDuration and maxDuration bound kindDuration options; zeroOK lets
+	// 0 through (it switches the feature off, at no cost).
+	minDuration, maxDuration time.Duration
+	zeroOK                   bool
 }
 
 func named(names ...string) func(string) bool {
@@ -129,6 +137,39 @@ var limitedOptions = []limitedOption{
 		},
 		count: func(l Limits) int { return l.Streams },
 	},
+	{
+		// rclone picks chunk = size / max_upload_parts for a large file and
+		// holds a chunk in memory: few parts would bypass the chunk limit.
+		what:     "the number of upload parts",
+		match:    named("max_upload_parts"),
+		minCount: 1000,
+	},
+	{
+		// The cleaner enforces vfs_cache_max_size: 0 turns it off, a tiny
+		// interval makes it spin.
+		what:        "the cache poll interval",
+		match:       named("vfs_cache_poll_interval"),
+		minDuration: time.Second,
+	},
+	{
+		what:        "the poll interval",
+		match:       named("poll_interval"),
+		minDuration: time.Second,
+		zeroOK:      true,
+	},
+	{
+		// A handle kept open keeps its file from eviction and a goroutine.
+		what:        "the handle caching",
+		match:       named("vfs_handle_caching"),
+		maxDuration: time.Minute,
+		zeroOK:      true,
+	},
+	{
+		what:        "the directory cache time",
+		match:       named("dir_cache_time"),
+		maxDuration: 24 * time.Hour,
+		zeroOK:      true,
+	},
 }
 
 // checkLimit refuses a value of a bounded option above its limit. "off" and
@@ -147,13 +188,33 @@ func (l Limits) checkLimit(where string, o backendOption, value string) error {
 			if max := lo.size(l); max >= 0 && (v < 0 || v > max) {
 				return invalidf("%s: option %q = %s is above %s this cluster allows (%s)", where, o.name, value, lo.what, max)
 			}
-		case o.kind == kindInt && lo.count != nil:
+		case o.kind == kindInt && (lo.count != nil || lo.minCount != 0):
 			v, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
 			if err != nil {
 				return invalidf("%s: option %q is not a number", where, o.name)
 			}
-			if max := lo.count(l); max >= 0 && (v < 0 || v > int64(max)) {
-				return invalidf("%s: option %q = %d is above %s this cluster allows (%d)", where, o.name, v, lo.what, max)
+			if lo.count != nil {
+				if max := lo.count(l); max >= 0 && (v < 0 || v > int64(max)) {
+					return invalidf("%s: option %q = %d is above %s this cluster allows (%d)", where, o.name, v, lo.what, max)
+				}
+			}
+			if v < int64(lo.minCount) {
+				return invalidf("%s: option %q = %d is below %s this cluster allows (%d)", where, o.name, v, lo.what, lo.minCount)
+			}
+		case o.kind == kindDuration:
+			var d fs.Duration
+			if err := d.Set(value); err != nil {
+				return invalidf("%s: option %q is not a duration", where, o.name)
+			}
+			v := time.Duration(d)
+			if v == 0 && lo.zeroOK {
+				continue
+			}
+			if lo.minDuration > 0 && v < lo.minDuration {
+				return invalidf("%s: option %q = %s is below %s this cluster allows (%s)", where, o.name, value, lo.what, lo.minDuration)
+			}
+			if lo.maxDuration > 0 && (v < 0 || v > lo.maxDuration) {
+				return invalidf("%s: option %q = %s is above %s this cluster allows (%s)", where, o.name, value, lo.what, lo.maxDuration)
 			}
 		}
 	}

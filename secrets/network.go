@@ -1,10 +1,13 @@
 package secrets
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
+	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -24,12 +27,19 @@ var DefaultDeniedNetworks = []netip.Prefix{
 // deniedHosts are metadata services reached by name.
 var deniedHosts = []string{"metadata", "metadata.google.internal", "metadata.goog", "instance-data", "instance-data.ec2.internal"}
 
-// addressOptions hold a server's address, with or without a scheme; any
-// other value is checked too when it holds a URL.
+// addressOptions hold one or more server addresses, with or without a
+// scheme (host, host:port, user@host, lists); in every other value, any URL
+// is checked, also inside JSON (a service account's token_uri).
 var addressOptions = []string{
 	"endpoint", "url", "host", "server", "hostname", "namenode", "api_url", "auth", "auth_url", "token_url",
-	"http_proxy", "socks_proxy", "proxy", "sts_endpoint", "upload_prefix",
+	"http_proxy", "socks_proxy", "proxy", "sts_endpoint", "upload_prefix", "satellite_address", "storage_url",
 }
+
+// schemePrefix: a value that starts as a URL does.
+var schemePrefix = regexp.MustCompile(`(?i)^[a-z][a-z0-9+.\-]*://`)
+
+// urlPattern finds URLs inside any value.
+var urlPattern = regexp.MustCompile(`(?i)[a-z][a-z0-9+.\-]*://[^\s"'<>,;]+`)
 
 // ParseNetworks reads a comma-separated list of CIDRs (or single addresses).
 func ParseNetworks(list string) ([]netip.Prefix, error) {
@@ -53,58 +63,107 @@ func ParseNetworks(list string) ([]netip.Prefix, error) {
 }
 
 // checkAddress refuses a value that names a denied network or host. Names
-// that resolve into a denied network are not seen here: the node plugin's
-// NetworkPolicy is the layer that catches those (see SECURITY.md).
+// that resolve into a denied network, and redirects a server answers with,
+// are not seen here: the node plugin's NetworkPolicy is the layer that
+// catches those (see SECURITY.md).
 func (p *Policy) checkAddress(section, key, value string) error {
-	host, ok := addressHost(key, value)
-	if !ok {
-		return nil
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	for _, h := range deniedHosts {
-		if host == h {
-			return invalidf("section %q option %q: %s is a metadata service, which remotes may not reach", section, key, host)
+	for _, host := range addressHosts(key, value) {
+		host = strings.TrimSuffix(strings.ToLower(host), ".")
+		for _, h := range deniedHosts {
+			if host == h {
+				return invalidf("section %q option %q: %s is a metadata service, which remotes may not reach", section, key, host)
+			}
 		}
-	}
-	addr, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	if err != nil {
-		return nil // a name
-	}
-	addr = addr.Unmap().WithZone("")
-	for _, n := range append(DefaultDeniedNetworks, p.DenyNetworks...) {
-		if n.Contains(addr) {
-			return invalidf("section %q option %q: address %s is in %s, which remotes may not reach on this cluster", section, key, addr, n)
+		addr, err := netip.ParseAddr(strings.Trim(host, "[]"))
+		if err != nil {
+			continue // a name
+		}
+		addr = addr.Unmap().WithZone("")
+		for _, n := range append(DefaultDeniedNetworks, p.DenyNetworks...) {
+			if n.Contains(addr) {
+				return invalidf("section %q option %q: address %s is in %s, which remotes may not reach on this cluster", section, key, addr, n)
+			}
 		}
 	}
 	return nil
 }
 
-// addressHost takes the host out of a URL, or out of host[:port] for an
-// address option.
-func addressHost(key, value string) (string, bool) {
+// addressHosts takes every host out of a value: from each URL in it (JSON
+// string values included, whatever their escaping), and, for an address
+// option, from each item of a list, read as rclone's backends read them
+// (a missing scheme, user@host, host:port, a bare IPv6 address).
+func addressHosts(key, value string) []string {
 	value = strings.TrimSpace(value)
 	if value == "" {
-		return "", false
+		return nil
 	}
-	if strings.Contains(value, "://") {
-		u, err := url.Parse(value)
-		if err != nil {
-			return "", false
-		}
-		return u.Hostname(), u.Hostname() != ""
-	}
-	isAddress := false
-	for _, o := range addressOptions {
-		if key == o {
-			isAddress = true
+	texts := []string{value, strings.ReplaceAll(value, `\/`, "/")}
+	texts = append(texts, jsonStrings(value)...)
+	var hosts []string
+	for _, text := range texts {
+		for _, u := range urlPattern.FindAllString(text, -1) {
+			if h := hostOf(u); h != "" {
+				hosts = append(hosts, h)
+			}
 		}
 	}
-	if !isAddress {
-		return "", false
+	if slices.Contains(addressOptions, key) {
+		for _, item := range strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ';' || r == ' ' || r == '\t' }) {
+			if h := hostOf(item); h != "" {
+				hosts = append(hosts, h)
+			}
+		}
 	}
-	hostport, _, _ := strings.Cut(value, "/")
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		return h, true
+	return hosts
+}
+
+// hostOf reads the host of a URL or of a scheme-less address.
+func hostOf(item string) string {
+	if a, err := netip.ParseAddr(strings.Trim(item, "[]")); err == nil {
+		return a.String() // a bare address, IPv6 without brackets included
 	}
-	return hostport, true
+	if !schemePrefix.MatchString(item) {
+		item = "//" + item // as rclone's backends add a scheme to a bare host
+	}
+	u, err := url.Parse(item)
+	if err != nil {
+		// Not a URL to Go either; take what stands before a port or path.
+		host := item[strings.LastIndex(item, "@")+1:]
+		host = strings.TrimPrefix(host, "//")
+		host, _, _ = strings.Cut(host, "/")
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			return h
+		}
+		return host
+	}
+	return u.Hostname()
+}
+
+// jsonStrings returns every string inside value when it is JSON.
+func jsonStrings(value string) []string {
+	if !strings.HasPrefix(value, "{") && !strings.HasPrefix(value, "[") {
+		return nil
+	}
+	var v any
+	if json.Unmarshal([]byte(value), &v) != nil {
+		return nil
+	}
+	var out []string
+	var walk func(any)
+	walk = func(v any) {
+		switch t := v.(type) {
+		case string:
+			out = append(out, t)
+		case []any:
+			for _, x := range t {
+				walk(x)
+			}
+		case map[string]any:
+			for _, x := range t {
+				walk(x)
+			}
+		}
+	}
+	walk(v)
+	return out
 }

@@ -38,6 +38,7 @@ var deniedBackends = []string{"local", "cache", "memory"}
 var deniedOptions = []string{
 	"ssh", "set_env", "env_auth", "use_msi", "use_az", "key_use_agent", "use_kerberos",
 	"profile", "config_profile", "unix_socket", "use_emulator", "service_principal_name",
+	"ask_password", // reads a password from the worker's stdin, the driver's command pipe
 }
 
 // deniedOptionSuffixes and prefixes catch whole families of such options
@@ -52,6 +53,34 @@ var (
 // read its files: per backend type, option, the refused values.
 var deniedValues = map[string]map[string][]string{
 	"oracleobjectstorage": {"provider": {"env_auth", "user_principal_auth", "instance_principal_auth", "workload_identity_auth", "resource_principal_auth"}},
+}
+
+// credentialOptions: backends that fall back to the node's identity (the
+// Google metadata server, through google.DefaultClient) when no credential of
+// their own is set, and then send its token to the tenant's endpoint. One of
+// the options (or option=value) listed must be set; the last ones of each
+// list are denied unless an operator allows them.
+var credentialOptions = map[string][]string{
+	"google cloud storage": {"service_account_credentials", "token", "access_token", "anonymous=true", "service_account_file", "env_auth=true"},
+	"drive":                {"service_account_credentials", "token", "service_account_file", "env_auth=true"},
+	"google photos":        {"token"},
+}
+
+// hasCredential reports whether section sets one of the credentials its
+// backend needs, or needs none.
+func hasCredential(typ string, section map[string]string) bool {
+	need, ok := credentialOptions[typ]
+	if !ok {
+		return true
+	}
+	for _, c := range need {
+		name, want, isValue := strings.Cut(c, "=")
+		v := strings.TrimSpace(section[name])
+		if v != "" && (!isValue || strings.EqualFold(v, want)) {
+			return true
+		}
+	}
+	return false
 }
 
 // referenceOptions name other remotes, in wrapping backends (alias, crypt,
@@ -214,9 +243,23 @@ func (p *Policy) checkConfig(cfg Config, root string) error {
 			}
 		}
 		for _, o := range sortedKeys(backendOptions(typ)) {
-			if backendOptions(typ)[o].required && strings.TrimSpace(section[o]) == "" {
+			opt := backendOptions(typ)[o]
+			if opt.required && strings.TrimSpace(section[o]) == "" {
 				return invalidf("section %q: backend %q requires option %q", name, typ, o)
 			}
+			// What rclone uses when the key is absent is checked too: a
+			// default may be a denied value or a denied address.
+			if _, set := section[o]; !set && opt.def != "" {
+				if !p.valueAllowed(typ, o, opt.def) {
+					return invalidf("section %q: option %q must be set: its default %q is not allowed on this cluster", name, o, opt.def)
+				}
+				if err := p.checkAddress(name, o, opt.def); err != nil {
+					return invalidf("section %q: option %q must be set: its default %q names an address this cluster refuses", name, o, opt.def)
+				}
+			}
+		}
+		if !hasCredential(typ, section) {
+			return invalidf("section %q: backend %q needs one of %s: without one it would use the node's own identity", name, typ, strings.Join(credentialOptions[typ], ", "))
 		}
 	}
 	return checkNoCycle(refs, root)

@@ -83,6 +83,28 @@ func TestTenantAttacks(t *testing.T) {
 		{"network", "endpoint overridden by the secret", sec(s3, "s3remote", "endpoint", "http://169.254.169.254"), nil, "169.254"},
 		{"network", "operator denies loopback", sec("[h]\ntype = http\nurl = http://127.0.0.1:10255/pods\n", "h"), loopback, "127.0.0.0/8"},
 		{"network", "operator denies loopback, IPv6", sec("[w]\ntype = webdav\nurl = http://[::1]:8080/\n", "w"), loopback, "::1"},
+
+		// Found by attacking the policy (a red-team review): each bypassed
+		// an earlier version of it.
+		{"wrapper", "archive without remote reads remotePath as a remote", sec("[a]\ntype = archive\n", "a", KeyRemotePath, "/etc"), nil, `requires option "remote"`},
+		{"wrapper", "archive without remote, connection string path", sec("[a]\ntype = archive\n", "a", KeyRemotePath, `:sftp,host=127.0.0.1,ssh='sh -c id':`), nil, `requires option "remote"`},
+		{"wrapper", "alias to an archive without remote", sec("[a]\ntype = archive\n[x]\ntype = alias\nremote = a:/var/run/secrets\n", "x"), nil, `requires option "remote"`},
+		{"node identity", "gcs without credentials", sec("[g]\ntype = google cloud storage\nendpoint = http://tenant.example.org/storage/v1/\n", "g"), nil, "node's own identity"},
+		{"node identity", "drive without credentials", sec("[d]\ntype = drive\n", "d"), nil, "node's own identity"},
+		{"node identity", "oracle provider left to its default", sec("[o]\ntype = oracleobjectstorage\nnamespace = n\nregion = r\n", "o"), nil, "env_auth"},
+		{"cap", "cache cleaner off", sec(s3, "s3remote", KeyVFSOpt, `{"vfs_cache_poll_interval":"0"}`), nil, "poll interval"},
+		{"cap", "cache cleaner spins", sec(s3, "s3remote", KeyVFSOpt, `{"vfs_cache_poll_interval":"1ns"}`), nil, "poll interval"},
+		{"cap", "handles cached for ever", sec(s3, "s3remote", KeyVFSOpt, `{"vfs_handle_caching":"100000h"}`), nil, "handle caching"},
+		{"cap", "whole files in memory", sec(s3+"max_upload_parts = 1\n", "s3remote"), nil, "upload parts"},
+		{"denied option", "ask_password reads the driver's pipe", sec("[r]\ntype = sftp\nhost = example.org\nask_password = true\n", "r"), nil, "ask_password"},
+		{"network", "userinfo without a scheme", sec("[s]\ntype = s3\nprovider = Other\nendpoint = x@169.254.169.254\n", "s"), nil, "169.254"},
+		{"network", "a scheme later in the value", sec("[s]\ntype = s3\nprovider = Other\nendpoint = 169.254.169.254/a://b\n", "s"), nil, "169.254"},
+		{"network", "second item of a list", sec("[h]\ntype = hdfs\nnamenode = ok.example.org:8020,169.254.169.254:80\n", "h"), nil, "169.254"},
+		{"network", "storj satellite", sec("[s]\ntype = storj\nsatellite_address = id@169.254.169.254:7777\napi_key = k\npassphrase = p\n", "s"), nil, "169.254"},
+		{"network", "URL inside a connection string", sec("[a]\ntype = azurefiles\nconnection_string = AccountName=a;FileEndpoint=http://169.254.169.254/\nshare_name = s\n", "a"), nil, "169.254"},
+		{"network", "token_uri inside service account JSON", sec("[g]\ntype = google cloud storage\nservice_account_credentials = {\"type\":\"service_account\",\"token_uri\":\"http:\\/\\/169.254.169.254\\/token\"}\n", "g"), nil, "169.254"},
+		{"network", "netstorage host with userinfo", sec("[n]\ntype = netstorage\nprotocol = http\nhost = x@169.254.169.254/latest\naccount = a\nsecret = s\n", "n"), nil, "169.254"},
+		{"network", "a default address on a denied network", sec("[s]\ntype = sia\n", "s"), loopback, "default"},
 	} {
 		t.Run(tc.class+"/"+tc.name, func(t *testing.T) {
 			_, err := Parse(tc.secret, nil, tc.policy)
@@ -116,6 +138,11 @@ func TestTenantAllowed(t *testing.T) {
 		{"sftp with a port", sec("[r]\ntype = sftp\nhost = example.org\nport = 2222\n", "r"), nil},
 		{"oracle without auth", sec("[o]\ntype = oracleobjectstorage\nprovider = no_auth\nnamespace = n\nregion = r\n", "o"), nil},
 		{"description on any backend", sec(s3Conf+"description = my data\n", "s3remote"), nil},
+		{"archive over s3", sec(s3Conf+"[a]\ntype = archive\nremote = s3remote:bucket/zips\n", "a"), nil},
+		{"gcs with a service account", sec("[g]\ntype = google cloud storage\nservice_account_credentials = {\"type\":\"service_account\",\"token_uri\":\"https://oauth2.googleapis.com/token\"}\n", "g"), nil},
+		{"gcs anonymous", sec("[g]\ntype = google cloud storage\nanonymous = true\n", "g"), nil},
+		{"polling off", sec(s3Conf, "s3remote", KeyVFSOpt, `{"poll_interval":"0","vfs_cache_poll_interval":"30s","vfs_handle_caching":"5s"}`), nil},
+		{"sia with its default address when loopback is allowed", sec("[s]\ntype = sia\n", "s"), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := Parse(tc.secret, nil, tc.policy); err != nil {

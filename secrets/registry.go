@@ -22,7 +22,8 @@ import (
 // backendOption is what the policy needs of one registered option.
 type backendOption struct {
 	name     string
-	required bool // registered as Required with no default
+	required bool   // registered as Required with no default
+	def      string // the registered default, as rclone would read it
 	kind     optionKind
 }
 
@@ -33,12 +34,15 @@ const (
 	kindOther optionKind = iota
 	kindSize             // fs.SizeSuffix: "128M", "off"
 	kindInt
+	kindDuration // fs.Duration: "5m", "off"
 )
 
 func kindOfValue(v any) optionKind {
 	switch v.(type) {
 	case fs.SizeSuffix:
 		return kindSize
+	case fs.Duration:
+		return kindDuration
 	case int, int64, int32, uint32:
 		return kindInt
 	}
@@ -61,11 +65,19 @@ func backendOptions(typ string) map[string]backendOption {
 				// One name may be registered several times (per provider);
 				// it is required only if every registration says so.
 				prev, seen := opts[o.Name]
-				required := o.Required && isZero(o.Default)
+				// "remote" of a wrapping backend is required whatever the
+				// registry says: archive without one reads its root path
+				// as a remote, so a remotePath could name :local: or a
+				// connection string.
+				required := o.Required && isZero(o.Default) || o.Name == "remote"
 				if seen {
 					required = required && prev.required
 				}
-				opts[o.Name] = backendOption{name: o.Name, required: required, kind: kindOfValue(o.Default)}
+				def := ""
+				if d, ok := o.Default.(string); ok {
+					def = d
+				}
+				opts[o.Name] = backendOption{name: o.Name, required: required, def: def, kind: kindOfValue(o.Default)}
 			}
 			registry[ri.Name] = opts
 		}
