@@ -48,6 +48,10 @@ type Volume struct {
 	Context     map[string]string `json:"context,omitempty"`
 	// Targets maps each published target path to its read-only flag.
 	Targets map[string]bool `json:"targets,omitempty"`
+	// WorkerUID is the uid (and gid) the volume's mount worker runs as, and
+	// that owns its cache dir: recovery keeps it. 0 in records written
+	// before workers had a uid each; the driver then allocates one.
+	WorkerUID int `json:"workerUID,omitempty"`
 }
 
 // Store keeps records in a directory.
@@ -155,6 +159,9 @@ func (v *Volume) normalise() error {
 		}
 	}
 	v.Targets = targets
+	if v.WorkerUID < 0 { // not a uid: the driver allocates one
+		v.WorkerUID = 0
+	}
 	return nil
 }
 

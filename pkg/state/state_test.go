@@ -151,3 +151,30 @@ func TestLoadRefusesUnrecoverable(t *testing.T) {
 		})
 	}
 }
+
+// A record written before workers had a uid each loads with WorkerUID 0,
+// and one written now keeps its uid.
+func TestWorkerUID(t *testing.T) {
+	s, err := New(filepath.Join(t.TempDir(), "volumes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := `{"version": 1, "phase": "staged", "volumeID": "old", "stagingPath": "/s"}`
+	if err := os.WriteFile(s.path("old"), []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(&Volume{Phase: Staged, VolumeID: "new", StagingPath: "/s", WorkerUID: 2000000007}); err != nil {
+		t.Fatal(err)
+	}
+	got, errs := s.Load()
+	if len(errs) != 0 || len(got) != 2 {
+		t.Fatalf("load: %+v %v", got, errs)
+	}
+	uids := map[string]int{}
+	for _, v := range got {
+		uids[v.VolumeID] = v.WorkerUID
+	}
+	if uids["old"] != 0 || uids["new"] != 2000000007 {
+		t.Fatalf("worker uids %v", uids)
+	}
+}
