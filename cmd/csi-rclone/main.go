@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-rclone/csi-rclone/pkg/driver"
+	"github.com/csi-rclone/csi-rclone/pkg/uidpool"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 )
 
@@ -58,8 +59,9 @@ func run(args []string) error {
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long NodeUnstageVolume waits for pending uploads before it fails")
 	fl.StringVar(&opts.MetricsAddress, "metrics-address", "", "serve Prometheus metrics on this address (e.g. :9090); empty: off")
 	fl.IntVar(&opts.RecoveryConcurrency, "recovery-concurrency", 4, "how many volumes are mounted again at once after a restart")
-	fl.IntVar(&opts.Worker.UID, "worker-uid", 65534, "uid of the mount workers; not root, so that a tenant's rclone config cannot use root's powers (needs user_allow_other in /etc/fuse.conf); 0 runs them as root")
-	fl.IntVar(&opts.Worker.GID, "worker-gid", 65534, "gid of the mount workers")
+	opts.WorkerUIDs = driver.DefaultWorkerUIDs
+	fl.Func("worker-uid-range", fmt.Sprintf("uids set aside for the mount workers, FIRST-LAST or FIRST+COUNT: each staged volume's worker runs as one of its own (gid the same number); no user or pod may run as them (default %s)", driver.DefaultWorkerUIDs),
+		func(s string) (err error) { opts.WorkerUIDs, err = uidpool.ParseRange(s); return err })
 	fl.IntVar(&opts.DefaultUID, "default-uid", 1000, "owner of files in a mount unless the volume sets uid")
 	fl.IntVar(&opts.DefaultGID, "default-gid", 1000, "group of files in a mount unless the volume sets gid or the pod an fsGroup")
 	tenant.register(fl)

@@ -15,7 +15,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/csi-rclone/csi-rclone/pkg/mounter"
 	"github.com/csi-rclone/csi-rclone/pkg/state"
+	"github.com/csi-rclone/csi-rclone/pkg/uidpool"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
@@ -63,8 +63,12 @@ type Options struct {
 	MountTimeout time.Duration
 	// DrainTimeout bounds NodeUnstageVolume's wait for pending uploads.
 	DrainTimeout time.Duration
-	// Worker says how to start mount workers.
+	// Worker says how to start mount workers; their uids come from
+	// WorkerUIDs.
 	Worker worker.Options
+	// WorkerUIDs are set aside for mount workers, one uid (and a gid of the
+	// same number) per staged volume: no user or pod may run as them.
+	WorkerUIDs uidpool.Range
 	// Policy says what tenants may set in stage secrets.
 	Policy secrets.Policy
 	// Decrypter is the secret service client; nil when none is configured.
@@ -101,7 +105,16 @@ func (o *Options) setDefaults() {
 	if o.ProbeTimeout <= 0 {
 		o.ProbeTimeout = 5 * time.Second
 	}
+	if o.WorkerUIDs == (uidpool.Range{}) {
+		o.WorkerUIDs = DefaultWorkerUIDs
+	}
 }
+
+// DefaultWorkerUIDs is far above the uids that distributions give users
+// (1000 on), that /etc/subuid hands out (100000 on) and that OpenShift
+// gives namespaces (1000000000 + 10000 per namespace), and below 2^31 for
+// tools that read uids as signed numbers.
+var DefaultWorkerUIDs = uidpool.Range{First: 2_000_000_000, Last: 2_000_065_535}
 
 func (o *Options) validate() error {
 	switch o.Mode {
@@ -118,6 +131,9 @@ func (o *Options) validate() error {
 		}
 		if o.StateDir == "" || o.CacheDir == "" {
 			return errors.New("state dir and cache dir are required in node mode")
+		}
+		if err := o.WorkerUIDs.Validate(); err != nil {
+			return fmt.Errorf("worker uids: %w", err)
 		}
 	}
 	return nil
@@ -165,8 +181,12 @@ func New(opts Options) (*Driver, error) {
 		if err != nil {
 			return nil, err
 		}
+		uids, err := uidpool.New(opts.WorkerUIDs)
+		if err != nil {
+			return nil, err
+		}
 		d.mounter = m
-		d.node = newNodeServer(d, store)
+		d.node = newNodeServer(d, store, uids)
 	}
 	return d, nil
 }
@@ -309,60 +329,40 @@ func listen(endpoint string) (net.Listener, error) {
 	return net.Listen("unix", path)
 }
 
-// prepareDirs makes the node's directories. The state dir, its "mnt" and the
-// cache root are traversable (0711, not listable) so that a worker that does
-// not run as root reaches its own mount point and cache dir; records and
-// scratch stay 0700.
+// prepareDirs makes the node's directories. The state dir (records,
+// scratch binds and the mount points) is root's alone: the driver mounts
+// FUSE there itself, and no worker needs to reach it. The cache root is
+// traversable (0711, not listable) so that each worker reaches its own
+// cache dir, which is 0700 and its uid's.
 func prepareDirs(o *Options) error {
 	mnt := filepath.Join(o.StateDir, "mnt")
-	for _, dir := range []string{mnt, o.CacheDir} {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		return err
+	}
+	for _, dir := range []string{o.StateDir, mnt} {
+		if err := os.Chmod(dir, 0o700); err != nil {
 			return err
 		}
 	}
-	for _, dir := range []string{o.StateDir, mnt, o.CacheDir} {
-		if err := os.Chmod(dir, 0o711); err != nil {
-			return err
-		}
+	if err := os.MkdirAll(o.CacheDir, 0o711); err != nil {
+		return err
 	}
-	if o.Worker.UID == 0 {
-		return nil
+	if err := os.Chmod(o.CacheDir, 0o711); err != nil {
+		return err
 	}
 	// What an unprivileged worker needs, checked now rather than at the
 	// first mount.
-	if !fuseAllowsOther("/etc/fuse.conf") {
-		return fmt.Errorf("mount workers run as uid %d, which needs user_allow_other in /etc/fuse.conf (or --worker-uid=0)", o.Worker.UID)
-	}
-	if fi, err := os.Stat("/dev/fuse"); err != nil || fi.Mode().Perm()&0o006 != 0o006 {
-		return fmt.Errorf("mount workers run as uid %d, which needs /dev/fuse readable and writable by all (mode 0666, as distributions set it), or --worker-uid=0", o.Worker.UID)
-	}
-	for _, leaf := range []string{mnt, o.CacheDir} {
-		for dir := leaf; ; dir = filepath.Dir(dir) {
-			fi, err := os.Stat(dir)
-			if err != nil {
-				return err
-			}
-			if fi.Mode().Perm()&0o001 == 0 {
-				return fmt.Errorf("mount workers run as uid %d and cannot reach %s: make it traversable (chmod o+x) or use --worker-uid=0", o.Worker.UID, dir)
-			}
-			if dir == filepath.Dir(dir) {
-				break
-			}
+	for dir := o.CacheDir; ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("mount workers run as uids of their own and cannot reach their cache dirs under %s: make %s traversable (chmod o+x)", o.CacheDir, dir)
+		}
+		if dir == filepath.Dir(dir) {
+			break
 		}
 	}
 	return nil
-}
-
-// fuseAllowsOther reports whether fuse.conf lets users mount with allow_other.
-func fuseAllowsOther(path string) bool {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.TrimSpace(line) == "user_allow_other" {
-			return true
-		}
-	}
-	return false
 }

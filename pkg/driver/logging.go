@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-rclone/csi-rclone/pkg/uidpool"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
@@ -93,6 +94,8 @@ func statusFor(err error, format string) error {
 		code = codes.NotFound
 	case errors.Is(err, worker.ErrUnavailable), errors.Is(err, worker.ErrUploadsPending), errors.Is(err, secrets.ErrUnavailable):
 		code = codes.Unavailable
+	case errors.Is(err, uidpool.ErrExhausted):
+		code = codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

@@ -22,6 +22,7 @@ import (
 
 	"github.com/csi-rclone/csi-rclone/pkg/mounter"
 	"github.com/csi-rclone/csi-rclone/pkg/state"
+	"github.com/csi-rclone/csi-rclone/pkg/uidpool"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
@@ -31,8 +32,10 @@ import (
 type stagedVolume struct {
 	id          string
 	stagingPath string
-	mountDir    string // where the worker mounts; staging is a bind of it
-	cacheDir    string
+	volDir      string // 0700, the worker's: only root and it pass
+	mountDir    string // in volDir: where the driver mounts FUSE; staging is a bind of it
+	cacheDir    string // 0700, the worker's
+	uid         int    // the worker's uid and gid (rec.WorkerUID)
 	readOnly    bool
 	fingerprint string // of the stage request, to tell a retry from a conflict
 
@@ -52,13 +55,14 @@ type nodeServer struct {
 	m     *mounter.Mounter
 	store *state.Store
 	locks *volumeLocks
+	uids  *uidpool.Pool // a worker uid per volume
 
 	mu      sync.Mutex
 	volumes map[string]*stagedVolume
 }
 
-func newNodeServer(d *Driver, store *state.Store) *nodeServer {
-	return &nodeServer{d: d, m: d.mounter, store: store, locks: newVolumeLocks(), volumes: map[string]*stagedVolume{}}
+func newNodeServer(d *Driver, store *state.Store, uids *uidpool.Pool) *nodeServer {
+	return &nodeServer{d: d, m: d.mounter, store: store, uids: uids, locks: newVolumeLocks(), volumes: map[string]*stagedVolume{}}
 }
 
 func (s *nodeServer) get(id string) *stagedVolume {
@@ -87,13 +91,19 @@ func (s *nodeServer) stagedAt(path string) string {
 	return ""
 }
 
-// newStagedVolume makes the in-memory volume of a record.
+// newStagedVolume makes the in-memory volume of a record. The mount point
+// is nested in a 0700 dir of the worker's: the FUSE root's own mode, not
+// the mount point's, is what a path lookup sees, so a mount point alone
+// would let every uid in.
 func (s *nodeServer) newStagedVolume(rec *state.Volume) *stagedVolume {
+	volDir := filepath.Join(s.d.opts.StateDir, "mnt", dirName(rec.VolumeID))
 	return &stagedVolume{
 		id:          rec.VolumeID,
 		stagingPath: rec.StagingPath,
-		mountDir:    filepath.Join(s.d.opts.StateDir, "mnt", dirName(rec.VolumeID)),
+		volDir:      volDir,
+		mountDir:    filepath.Join(volDir, "mnt"),
 		cacheDir:    filepath.Join(s.d.opts.CacheDir, dirName(rec.VolumeID)),
+		uid:         rec.WorkerUID,
 		readOnly:    readOnlyAccess(csi.VolumeCapability_AccessMode_Mode(rec.AccessMode)),
 		fingerprint: fingerprint(rec),
 		rec:         rec,
@@ -207,6 +217,17 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 
+	uid, err := s.uids.Allocate(id)
+	if err != nil {
+		return nil, statusFor(err, "no mount worker uid for the volume")
+	}
+	staged := false
+	defer func() {
+		if !staged {
+			s.uids.Release(id)
+		}
+	}()
+	rec.WorkerUID = uid
 	v := s.newStagedVolume(rec)
 	vol, err := s.build(ctx, v)
 	if err != nil {
@@ -232,8 +253,9 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	s.volumes[id] = v
 	v.started = time.Now()
 	s.mu.Unlock()
+	staged = true
 	s.watch(v, v.proc)
-	klog.InfoS("volume staged", "volumeID", id, "stagingPath", staging, "readOnly", v.readOnly, "workerPID", v.proc.Pid())
+	klog.InfoS("volume staged", "volumeID", id, "stagingPath", staging, "readOnly", v.readOnly, "workerPID", v.proc.Pid(), "workerUID", v.uid)
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
@@ -277,7 +299,20 @@ func (s *nodeServer) kill(v *stagedVolume) {
 // mount starts the worker for v and waits for a live mount, cleaning up on
 // failure.
 func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Volume) (err error) {
-	uid, gid := s.d.opts.Worker.UID, s.d.opts.Worker.GID
+	if v.uid == 0 { // recovered, and no uid was free then
+		uid, err := s.uids.Allocate(v.id)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		v.uid, v.rec.WorkerUID = uid, uid
+		err = s.store.Save(v.rec)
+		s.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("recording the worker uid: %w", err)
+		}
+	}
+	uid, gid := v.uid, v.uid // a group of its own
 	// Dead mounts left by a worker that died stay in the way of a new one.
 	if err := s.unmountVolume(v); err != nil {
 		return err
@@ -285,17 +320,16 @@ func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Vo
 	if err := os.MkdirAll(v.stagingPath, 0o750); err != nil {
 		return fmt.Errorf("staging path: %w", err)
 	}
-	if err := os.MkdirAll(v.mountDir, 0o700); err != nil {
-		return fmt.Errorf("mount dir: %w", err)
-	}
-	if err := os.Lchown(v.mountDir, uid, gid); err != nil {
-		return fmt.Errorf("mount dir: %w", err)
+	for _, dir := range []string{v.volDir, v.mountDir} {
+		if err := ownDir(dir, uid, gid); err != nil {
+			return fmt.Errorf("mount dir: %w", err)
+		}
 	}
 	newCache := false
 	if _, err := os.Stat(v.cacheDir); errors.Is(err, os.ErrNotExist) {
 		newCache = true
 	}
-	if err := os.MkdirAll(v.cacheDir, 0o700); err != nil {
+	if err := ownDir(v.cacheDir, uid, gid); err != nil {
 		return fmt.Errorf("cache dir: %w", err)
 	}
 	defer func() {
@@ -303,13 +337,17 @@ func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Vo
 			_ = os.RemoveAll(v.cacheDir)
 		}
 	}()
+	// Records from before workers had a uid each, or a changed range,
+	// leave the cache to another uid: it becomes this one's.
 	if err := chownTree(v.cacheDir, uid, gid); err != nil {
 		return fmt.Errorf("cache dir: %w", err)
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, s.d.opts.MountTimeout)
 	defer cancel()
-	proc, err := worker.Start(ctx, s.d.opts.Worker, worker.Spec{
+	wopts := s.d.opts.Worker
+	wopts.UID, wopts.GID = uid, gid
+	proc, err := worker.Start(ctx, wopts, worker.Spec{
 		VolumeID: v.id, MountPoint: v.mountDir, CacheDir: v.cacheDir, Volume: *vol,
 	})
 	if err != nil {
@@ -338,6 +376,56 @@ func (s *nodeServer) unmountVolume(v *stagedVolume) error {
 		return err
 	}
 	return s.m.Unmount(v.mountDir)
+}
+
+// ownDir makes dir (not its parents) a 0700 directory of uid:gid alone.
+func ownDir(dir string, uid, gid int) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := os.Lchown(dir, uid, gid); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}
+
+// releaseVolume frees what v held on the node after an unstage: its
+// per-volume dir (the mount point's parent) and its worker uid.
+func (s *nodeServer) releaseVolume(v *stagedVolume) {
+	if err := os.Remove(v.volDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		klog.ErrorS(err, "removing the volume's dir", "volumeID", v.id)
+	}
+	s.uids.Release(v.id)
+}
+
+// assignUIDs gives recovered volumes their worker uids before any of them
+// mounts: first each the uid its record names, then, to records without
+// one (or whose uid is outside the range now), the lowest free ones. The
+// caller holds s.mu.
+func (s *nodeServer) assignUIDs(vols []*stagedVolume) {
+	var without []*stagedVolume
+	for _, v := range vols {
+		if v.uid == 0 {
+			without = append(without, v)
+			continue
+		}
+		if err := s.uids.Reserve(v.id, v.uid); err != nil {
+			klog.ErrorS(err, "the volume's recorded worker uid cannot be kept; it gets another", "volumeID", v.id)
+			without = append(without, v)
+		}
+	}
+	for _, v := range without {
+		uid, err := s.uids.Allocate(v.id)
+		if err != nil {
+			// Its mount fails, and says why, until a uid is free.
+			klog.ErrorS(err, "no worker uid for a recovered volume", "volumeID", v.id)
+			continue
+		}
+		v.uid, v.rec.WorkerUID = uid, uid
+		if err := s.store.Save(v.rec); err != nil {
+			klog.ErrorS(err, "recording the volume's worker uid", "volumeID", v.id)
+		}
+	}
 }
 
 // chownTree gives a worker that does not run as root its cache dir.
@@ -424,6 +512,7 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 			return nil, status.Errorf(codes.Internal, "removing the volume's record: %v", err)
 		}
 		s.forget(v)
+		s.releaseVolume(v)
 	} else if owner := s.stagedAt(filepath.Clean(staging)); owner != "" {
 		// Not this volume's mount: leave it to its own volume.
 		klog.InfoS("unstage of an unknown volume at another volume's staging path; nothing to do", "volumeID", id, "owner", owner)

@@ -56,6 +56,7 @@ func (s *nodeServer) load() []*stagedVolume {
 		s.volumes[v.id] = v
 		vols = append(vols, v)
 	}
+	s.assignUIDs(vols)
 	return vols
 }
 

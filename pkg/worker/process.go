@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-rclone/csi-rclone/secrets"
@@ -21,9 +22,8 @@ import (
 type Options struct {
 	// Binary is the csi-rclone executable; empty means this process's own.
 	Binary string
-	// UID and GID the worker runs as; non-zero drops root. It then mounts
-	// through the setuid fusermount3, which needs user_allow_other in
-	// /etc/fuse.conf, and owns its mount point and cache dir.
+	// UID and GID the worker runs as: the volume's own, never root's (see
+	// pkg/uidpool). The worker also owns the FUSE connection.
 	UID, GID int
 }
 
@@ -38,23 +38,48 @@ type Process struct {
 	exitErr  error
 }
 
-// Start launches a worker, hands it spec and waits until the volume is
-// mounted or the worker failed. On failure no process is left.
-func Start(ctx context.Context, opts Options, spec Spec) (*Process, error) {
+// Start mounts the FUSE device at spec.MountPoint, launches a worker that
+// serves it, hands it spec and waits until the volume is mounted or the
+// worker failed. On failure no process and no mount is left.
+func Start(ctx context.Context, opts Options, spec Spec) (p *Process, err error) {
+	if opts.UID <= 0 || opts.GID <= 0 {
+		return nil, fmt.Errorf("%w: a worker needs a uid and gid of its own, not %d:%d", ErrMount, opts.UID, opts.GID)
+	}
 	bin := opts.Binary
 	if bin == "" {
-		var err error
 		if bin, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("finding own executable: %w", err)
 		}
 	}
-	cmd := exec.Command(bin, Arg, "--volume-id", spec.VolumeID)
-	// No credential in the environment: the worker gets only what it needs
-	// to find fusermount3, and a home of its own.
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + spec.CacheDir}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if opts.UID != 0 || opts.GID != 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(opts.UID), Gid: uint32(opts.GID), Groups: []uint32{}}
+	km, err := kernelMountOf(&spec.Volume, opts.UID, opts.GID)
+	if err != nil {
+		return nil, err
+	}
+	mountPoint := spec.MountPoint
+	dev, err := mountFUSE(mountPoint, km)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMount, err)
+	}
+	defer dev.Close() // on the early returns; a no-op after the one below
+	defer func() {
+		if err != nil {
+			_ = unmountFUSE(mountPoint)
+		}
+	}()
+	spec.MountPoint = fuseMountPoint
+
+	// The cache dir is on the command line (it is no secret) because the
+	// worker confines itself to it before it reads the spec.
+	cmd := exec.Command(bin, Arg, "--volume-id", spec.VolumeID, "--cache-dir", spec.CacheDir)
+	// No credential in the environment: the worker gets a home and a temp
+	// dir of its own, in its cache dir, the one place it may write.
+	cmd.Env = []string{"HOME=" + spec.CacheDir, "TMPDIR=" + spec.CacheDir}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Pdeathsig:  syscall.SIGKILL,
+		Credential: &syscall.Credential{Uid: uint32(opts.UID), Gid: uint32(opts.GID), Groups: []uint32{}},
+		// Only so that the worker can empty its capability bounding set;
+		// it drops this one too before it reads the spec (pkg/sandbox).
+		AmbientCaps: []uintptr{unix.CAP_SETPCAP},
 	}
 
 	stdin, err := cmd.StdinPipe()
@@ -69,15 +94,16 @@ func Start(ctx context.Context, opts Options, spec Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd.ExtraFiles = []*os.File{evW}
+	cmd.ExtraFiles = []*os.File{evW, dev} // fd 3 and fuseFD
 	if err := cmd.Start(); err != nil {
 		evR.Close()
 		evW.Close()
 		return nil, fmt.Errorf("starting worker: %w", err)
 	}
 	evW.Close()
+	dev.Close() // the worker has its own copy
 
-	p := &Process{volumeID: spec.VolumeID, cmd: cmd, stdin: stdin, events: make(chan event, 4), done: make(chan struct{})}
+	p = &Process{volumeID: spec.VolumeID, cmd: cmd, stdin: stdin, events: make(chan event, 4), done: make(chan struct{})}
 	lastLine := make(chan string, 1)
 	go p.logStderr(stderr, lastLine, redactor(&spec.Volume))
 	go p.readEvents(evR)

@@ -14,9 +14,14 @@ package worker
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"net"
 	"os"
 
+	"k8s.io/klog/v2"
+
+	"github.com/csi-rclone/csi-rclone/pkg/sandbox"
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
 
@@ -97,12 +102,35 @@ func errorFromEvent(ev event) error {
 // Main runs a worker in this process, on stdin and file descriptor 3, and
 // exits. The csi-rclone binary calls it when its first argument is Arg; test
 // binaries call it from TestMain so that tests need no separate build.
+//
+// Before it reads anything from the driver, the worker confines itself
+// (pkg/sandbox): whatever the tenant's config makes rclone do happens inside.
 func Main() {
+	fl := flag.NewFlagSet(Arg, flag.ContinueOnError)
+	volumeID := fl.String("volume-id", "", "the volume, for logs")
+	cacheDir := fl.String("cache-dir", "", "the volume's cache dir, the one place the worker may write")
+	if err := fl.Parse(os.Args[2:]); err != nil || *cacheDir == "" {
+		fmt.Fprintln(os.Stderr, "mount-worker: this command is started by the driver")
+		os.Exit(2)
+	}
 	events := os.NewFile(3, "events")
 	if events == nil {
 		fmt.Fprintln(os.Stderr, "mount-worker: file descriptor 3 is not open; this command is started by the driver")
 		os.Exit(2)
 	}
+	// The cgo resolver would load NSS modules, which the sandbox does not
+	// let it read; Go's own reads resolv.conf and hosts.
+	net.DefaultResolver.PreferGo = true
+	res, err := sandbox.Confine(sandbox.Options{CacheDir: *cacheDir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mount-worker:", err)
+		os.Exit(1)
+	}
+	klog.InfoS("worker confined", "volumeID", *volumeID, "uid", os.Getuid(), "landlockABI", res.LandlockABI, "boundingSetDropped", res.BoundingSetDropped)
+	if res.LandlockABI == 0 {
+		klog.InfoS("this kernel has no Landlock: the worker's filesystem access is not restricted", "volumeID", *volumeID)
+	}
+	klog.Flush()
 	if err := Serve(context.Background(), os.Stdin, events); err != nil {
 		fmt.Fprintln(os.Stderr, "mount-worker:", err)
 		os.Exit(1)

@@ -17,8 +17,6 @@ import (
 	"github.com/rclone/rclone/cmd/mountlib"
 	"github.com/rclone/rclone/fs"
 	"github.com/rclone/rclone/fs/config"
-	"github.com/rclone/rclone/fs/config/configmap"
-	"github.com/rclone/rclone/fs/config/configstruct"
 	"github.com/rclone/rclone/fs/rc"
 	"github.com/rclone/rclone/vfs/vfscache/writeback"
 	"github.com/rclone/rclone/vfs/vfscommon"
@@ -121,13 +119,14 @@ func mount(ctx context.Context, spec *Spec) (*mountlib.MountPoint, error) {
 		}
 	}
 
-	vfsOpt := vfscommon.Opt
-	if err := configstruct.Set(configmap.Simple(spec.Volume.VFSOpt), &vfsOpt); err != nil {
-		return nil, fmt.Errorf("%w: vfsOpt: %v", ErrInvalid, err)
+	mountOpt, vfsOpt, err := rcloneOptions(&spec.Volume, mountlib.Opt, vfscommon.Opt)
+	if err != nil {
+		return nil, err
 	}
-	mountOpt := mountlib.Opt
-	if err := configstruct.Set(configmap.Simple(spec.Volume.MountOpt), &mountOpt); err != nil {
-		return nil, fmt.Errorf("%w: mountOpt: %v", ErrInvalid, err)
+	if isInheritedFUSE(spec.MountPoint) {
+		// The driver mounted it a moment ago. rclone's emptiness check
+		// would open /dev/fd/N, that is /dev/fuse again, as a directory.
+		mountOpt.AllowNonEmpty = true
 	}
 
 	f, err := fs.NewFs(ctx, spec.Volume.FsString())

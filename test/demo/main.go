@@ -2,7 +2,7 @@
 // S3 server on loopback with a few sample files, the csi-rclone node plugin
 // as a separate process, and a stand-in for the kubelet that stages one
 // volume, publishes it to two pods, reads and writes through both, and
-// cleans everything up. It needs root, /dev/fuse and fusermount3.
+// cleans everything up. It needs root and /dev/fuse.
 //
 //	go build -o bin/csi-rclone ./cmd/csi-rclone && go run ./test/demo -binary bin/csi-rclone
 package main
@@ -141,7 +141,7 @@ func run(binary string, keep bool) (err error) {
 	if err := waitReady(ctx, csi.NewIdentityClient(conn)); err != nil {
 		return fmt.Errorf("%w (driver log: %s)", err, logPath)
 	}
-	info("pid %d, socket %s, log %s; mount workers run as uid %d", driver.Process.Pid, socket, logPath, harness.WorkerUID)
+	info("pid %d, socket %s, log %s; mount workers run as uids of their own from %s", driver.Process.Pid, socket, logPath, harness.WorkerUIDs)
 
 	k := &kubelet.Kubelet{Root: filepath.Join(dir, "kubelet"), DriverName: "csi-rclone", Node: csi.NewNodeClient(conn)}
 	if err := k.MakeRootShared(); err != nil {

@@ -55,17 +55,12 @@ func Supported() string {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return "needs /dev/fuse"
 	}
-	for _, dir := range []string{"/usr/bin", "/bin", "/usr/local/bin"} {
-		if _, err := os.Stat(filepath.Join(dir, "fusermount3")); err == nil {
-			return ""
-		}
-	}
-	return "needs fusermount3 (Debian package fuse3)"
+	return ""
 }
 
-// WorkerUID is the unprivileged user the mount workers run as, as in
+// WorkerUIDs are the uids the mount workers run as, one per volume, as in
 // production.
-const WorkerUID = 65534
+var WorkerUIDs = driver.DefaultWorkerUIDs
 
 // Traversable creates dir and lets the unprivileged worker reach it: it
 // adds o+x to dir and to each of its ancestors below the temp dir that
@@ -142,7 +137,8 @@ func Start(ctx context.Context, dir string, tweak func(*driver.Options)) (*Env, 
 		DrainTimeout: 30 * time.Second,
 		DefaultUID:   1000,
 		DefaultGID:   1000,
-		Worker:       worker.Options{Binary: bin, UID: WorkerUID, GID: WorkerUID},
+		Worker:       worker.Options{Binary: bin},
+		WorkerUIDs:   WorkerUIDs,
 	}
 	if tweak != nil {
 		tweak(&opts)
