@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/csi-rclone/csi-rclone/deploy"
+	"github.com/csi-rclone/csi-rclone/pkg/driver"
 )
 
 const chartDir = "helm/csi-rclone"
@@ -189,10 +190,8 @@ func checkNode(t *testing.T, o *objects, c chartCase) {
 			t.Errorf("node plugin: no %s in %q", a, p.Args)
 		}
 	}
-	for _, f := range []string{"worker-uid", "worker-gid"} {
-		if v, ok := flag(p.Args, f); !ok || v != "65534" {
-			t.Errorf("node plugin: --%s=%q, want 65534", f, v)
-		}
+	if v, ok := flag(p.Args, "worker-uid-range"); !ok || v != driver.DefaultWorkerUIDs.String() {
+		t.Errorf("node plugin: --worker-uid-range=%q, want the driver's default %s", v, driver.DefaultWorkerUIDs)
 	}
 	if p.SecurityContext == nil || p.SecurityContext.Privileged == nil || !*p.SecurityContext.Privileged {
 		t.Error("node plugin not privileged")

@@ -329,26 +329,22 @@ func listen(endpoint string) (net.Listener, error) {
 	return net.Listen("unix", path)
 }
 
-// prepareDirs makes the node's directories. The state dir (records,
-// scratch binds and the mount points) is root's alone: the driver mounts
-// FUSE there itself, and no worker needs to reach it. The cache root is
-// traversable (0711, not listable) so that each worker reaches its own
-// cache dir, which is 0700 and its uid's.
+// prepareDirs makes the node's directories. The state dir and its "mnt"
+// are traversable (0711, not listable), records and scratch binds stay
+// 0700; each volume's mount point is in a 0700 dir of its worker's uid,
+// which keeps every other uid out. The cache root is 0711 too, so that each
+// worker reaches its own cache dir, 0700 and its uid's.
 func prepareDirs(o *Options) error {
 	mnt := filepath.Join(o.StateDir, "mnt")
-	if err := os.MkdirAll(mnt, 0o700); err != nil {
-		return err
-	}
-	for _, dir := range []string{o.StateDir, mnt} {
-		if err := os.Chmod(dir, 0o700); err != nil {
+	for _, dir := range []string{mnt, o.CacheDir} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
 			return err
 		}
 	}
-	if err := os.MkdirAll(o.CacheDir, 0o711); err != nil {
-		return err
-	}
-	if err := os.Chmod(o.CacheDir, 0o711); err != nil {
-		return err
+	for _, dir := range []string{o.StateDir, mnt, o.CacheDir} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return err
+		}
 	}
 	// What an unprivileged worker needs, checked now rather than at the
 	// first mount.

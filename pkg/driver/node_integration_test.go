@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if worker.IsWorkerInvocation(os.Args) {
 		worker.Main()
 	}
+	if os.Getenv(probeEnv) != "" {
+		probeMain()
+	}
 	os.Exit(m.Run())
 }
 

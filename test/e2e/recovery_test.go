@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -267,6 +268,7 @@ func TestRecovery(t *testing.T) {
 	}
 
 	t.Run("driver and all workers killed", func(t *testing.T) {
+		uidsBefore := workerUIDs(t)
 		e.driver.kill9()
 		killWorkers()
 		eventually(t, 5*time.Second, "the mounts are dead", func() error {
@@ -282,6 +284,10 @@ func TestRecovery(t *testing.T) {
 		t.Logf("recovery: driver ready %s after start", time.Since(e.driver.started).Round(time.Millisecond))
 		worksAgain(t, crash, "after-driver-restart", a, b, c, d, ctrE, side)
 		fileReads(t)
+		// The cache dir belongs to the volume's uid: recovery keeps it.
+		if after := workerUIDs(t); !maps.Equal(after, uidsBefore) {
+			t.Errorf("worker uids %v after the restart, %v before", after, uidsBefore)
+		}
 	})
 
 	t.Run("one worker killed", func(t *testing.T) {
@@ -482,21 +488,45 @@ func records(t *testing.T, e *env) int {
 
 // checkProcessHygiene: no credential on the command line or in the
 // environment of the driver or of any worker.
+// workerUIDs maps each volume with a live worker to the worker's real,
+// effective, saved and filesystem uid, which must all be the same.
+func workerUIDs(t *testing.T) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for id, pids := range workerPIDs() {
+		for _, pid := range pids {
+			st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r, e, s, f int
+			i := strings.Index(string(st), "\nUid:")
+			if _, err := fmt.Sscan(string(st)[i+len("\nUid:"):], &r, &e, &s, &f); i < 0 || err != nil || r != e || r != s || r != f {
+				t.Fatalf("worker %d: uids %d %d %d %d: %v", pid, r, e, s, f, err)
+			}
+			out[id] = r
+		}
+	}
+	return out
+}
+
 func checkProcessHygiene(t *testing.T, e *env) {
 	t.Helper()
 	pids := []int{e.driver.cmd.Process.Pid}
 	for _, ps := range workerPIDs() {
 		pids = append(pids, ps...)
-		for _, pid := range ps {
-			// The workers run the tenant's rclone config: never as root.
-			st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(string(st), "\nUid:\t65534\t65534\t65534\t65534\n") {
-				t.Errorf("worker %d does not run as uid 65534", pid)
-			}
+	}
+	// The workers run the tenant's rclone config: never as root, and each
+	// volume's as a uid of its own from the range.
+	owner := map[int]string{}
+	for id, uid := range workerUIDs(t) {
+		if !harness.WorkerUIDs.Contains(uid) {
+			t.Errorf("the worker of %s runs as uid %d, outside %s", id, uid, harness.WorkerUIDs)
 		}
+		if other, dup := owner[uid]; dup {
+			t.Errorf("the workers of %s and %s share uid %d", id, other, uid)
+		}
+		owner[uid] = id
 	}
 	if len(pids) < 3 {
 		t.Fatalf("expected the driver and two workers, got pids %v", pids)
