@@ -34,14 +34,9 @@ USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/secret-service"]
 CMD ["serve"]
 
-# The driver: node plugin, controller and mount workers. fuse3 brings the
-# setuid fusermount3 that rclone mounts through; user_allow_other lets the
-# unprivileged mount workers (--worker-uid) mount with allow_other, so that
-# pods running as other users can read the mount.
+# The driver: node plugin, controller and mount workers. No fuse3: the node
+# plugin opens /dev/fuse and mounts as root, and hands the device to each
+# worker, so no setuid fusermount3 and no user_allow_other are needed.
 FROM base AS csi-rclone
-RUN apt-get update \
- && apt-get install -y --no-install-recommends fuse3 \
- && rm -rf /var/lib/apt/lists/* \
- && { grep -qx user_allow_other /etc/fuse.conf || echo user_allow_other >> /etc/fuse.conf; }
 COPY --from=build /out/csi-rclone /usr/local/bin/csi-rclone
 ENTRYPOINT ["/usr/local/bin/csi-rclone"]

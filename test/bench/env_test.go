@@ -141,9 +141,9 @@ type driverProc struct {
 	done     chan struct{}
 }
 
-// startDriver starts the node plugin, as in production (workers as uid
-// 65534, state on a tmpfs), and returns once it reports ready: after it has
-// mounted again every volume it has a record of.
+// startDriver starts the node plugin, as in production (workers as uids of
+// their own, state on a tmpfs), and returns once it reports ready: after it
+// has mounted again every volume it has a record of.
 func (e *env) startDriver(b *testing.B) time.Duration {
 	b.Helper()
 	if e.kubelet == nil {

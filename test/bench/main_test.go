@@ -2,7 +2,8 @@
 // to a baseline measured in the same run: plain `rclone mount`, `rclone cat`,
 // a bare bind mount, an in-process call. Only `go test -bench` runs anything
 // here; `make bench` runs them all and prints one table (test/bench/report).
-// They need root, /dev/fuse and fusermount3, as the integration tests do.
+// They need root and /dev/fuse, as the integration tests do, and fusermount3
+// for the plain rclone mount baselines.
 package bench
 
 import (
@@ -105,7 +106,7 @@ func root(b *testing.B) string {
 			dir, rootErr = filepath.Abs(dir)
 		}
 		if rootErr == nil {
-			rootErr = harness.Traversable(dir) // workers run as 65534
+			rootErr = harness.Traversable(dir) // workers run as uids of their own
 		}
 		rootMu.Lock()
 		rootDir = dir
