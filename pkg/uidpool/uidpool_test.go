@@ -2,6 +2,8 @@ package uidpool
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 )
 
@@ -118,5 +120,37 @@ func TestPool(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Concurrent stages of different volumes never get the same uid.
+func TestPoolConcurrent(t *testing.T) {
+	p, err := New(Range{1000, 1063})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids := make([]int, 64)
+	var wg sync.WaitGroup
+	for i := range uids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uid, err := p.Allocate(fmt.Sprintf("vol-%d", i))
+			if err != nil {
+				t.Error(err)
+			}
+			uids[i] = uid
+		}()
+	}
+	wg.Wait()
+	seen := map[int]bool{}
+	for _, uid := range uids {
+		if seen[uid] || !p.Range().Contains(uid) {
+			t.Fatalf("uid %d given twice or outside the range: %v", uid, uids)
+		}
+		seen[uid] = true
+	}
+	if _, err := p.Allocate("one-more"); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("65th volume: %v, want ErrExhausted", err)
 	}
 }
