@@ -331,8 +331,8 @@ func listen(endpoint string) (net.Listener, error) {
 
 // prepareDirs makes the node's directories. The state dir and its "mnt"
 // are traversable (0711, not listable), records and scratch binds stay
-// 0700; each volume's mount point is in a 0700 dir of its worker's uid,
-// which keeps every other uid out. The cache root is 0711 too, so that each
+// 0700; each volume's mount point is in a dir only its worker's group may
+// pass (root's, 0710), which keeps every other uid out. The cache root is 0711 too, so that each
 // worker reaches its own cache dir, 0700 and its uid's.
 func prepareDirs(o *Options) error {
 	mnt := filepath.Join(o.StateDir, "mnt")

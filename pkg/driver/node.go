@@ -32,7 +32,7 @@ import (
 type stagedVolume struct {
 	id          string
 	stagingPath string
-	volDir      string // 0700, the worker's: only root and it pass
+	volDir      string // root:<worker gid> 0710: only root and the worker pass
 	mountDir    string // in volDir: where the driver mounts FUSE; staging is a bind of it
 	cacheDir    string // 0700, the worker's
 	uid         int    // the worker's uid and gid (rec.WorkerUID)
@@ -92,9 +92,9 @@ func (s *nodeServer) stagedAt(path string) string {
 }
 
 // newStagedVolume makes the in-memory volume of a record. The mount point
-// is nested in a 0700 dir of the worker's: the FUSE root's own mode, not
-// the mount point's, is what a path lookup sees, so a mount point alone
-// would let every uid in.
+// is nested in a dir that only the worker's group may pass: the FUSE
+// root's own mode, not the mount point's, is what a path lookup sees, so a
+// mount point alone would let every uid in.
 func (s *nodeServer) newStagedVolume(rec *state.Volume) *stagedVolume {
 	volDir := filepath.Join(s.d.opts.StateDir, "mnt", dirName(rec.VolumeID))
 	return &stagedVolume{
@@ -320,16 +320,20 @@ func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Vo
 	if err := os.MkdirAll(v.stagingPath, 0o750); err != nil {
 		return fmt.Errorf("staging path: %w", err)
 	}
-	for _, dir := range []string{v.volDir, v.mountDir} {
-		if err := ownDir(dir, uid, gid); err != nil {
-			return fmt.Errorf("mount dir: %w", err)
-		}
+	// The volume's dir lets its worker's group through and nobody else;
+	// it is root's, so that no worker can swap the mount point for a
+	// symlink that the driver would then mount over.
+	if err := ownDir(v.volDir, 0, gid, 0o710); err != nil {
+		return fmt.Errorf("mount dir: %w", err)
+	}
+	if err := ownDir(v.mountDir, 0, 0, 0o700); err != nil {
+		return fmt.Errorf("mount dir: %w", err)
 	}
 	newCache := false
 	if _, err := os.Stat(v.cacheDir); errors.Is(err, os.ErrNotExist) {
 		newCache = true
 	}
-	if err := ownDir(v.cacheDir, uid, gid); err != nil {
+	if err := ownDir(v.cacheDir, uid, gid, 0o700); err != nil {
 		return fmt.Errorf("cache dir: %w", err)
 	}
 	defer func() {
@@ -375,18 +379,30 @@ func (s *nodeServer) unmountVolume(v *stagedVolume) error {
 	if err := s.m.Unmount(v.stagingPath); err != nil {
 		return err
 	}
-	return s.m.Unmount(v.mountDir)
+	if err := s.m.Unmount(v.mountDir); err != nil {
+		return err
+	}
+	// Drivers before per-volume dirs mounted at volDir itself.
+	return s.m.Unmount(v.volDir)
 }
 
-// ownDir makes dir (not its parents) a 0700 directory of uid:gid alone.
-func ownDir(dir string, uid, gid int) error {
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+// ownDir makes dir (not its parents) a directory of uid:gid with mode perm.
+// It follows no symlink: a symlink there fails the mount.
+func ownDir(dir string, uid, gid int, perm os.FileMode) error {
+	if err := os.Mkdir(dir, perm); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
 	}
 	if err := os.Lchown(dir, uid, gid); err != nil {
 		return err
 	}
-	return os.Chmod(dir, 0o700)
+	return os.Chmod(dir, perm)
 }
 
 // releaseVolume frees what v held on the node after an unstage: its

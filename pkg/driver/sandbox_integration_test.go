@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -205,9 +206,14 @@ func TestWorkersAreIsolatedFromEachOther(t *testing.T) {
 	files := func(tn *tenant) []string {
 		return []string{
 			"list:" + tn.mountDir, "read:" + filepath.Join(tn.mountDir, "secret.txt"), "write:" + tn.mountDir,
-			"list:" + filepath.Dir(tn.mountDir), // the 0700 per-volume dir
 			"list:" + tn.cacheDir, "read:" + tn.cacheFile, "write:" + tn.cacheDir,
 		}
+	}
+	// The per-volume dir around the mount point: root's, the worker's group
+	// may pass (0710), nobody may list or write it.
+	volDir := func(tn *tenant) []string {
+		d := filepath.Dir(tn.mountDir)
+		return []string{"list:" + d, "write:" + d}
 	}
 	workerProc := func(tn *tenant) []string {
 		return []string{"open:" + proc(tn.pid, "mem"), "open:" + proc(tn.pid, "environ"), "open:" + proc(tn.pid, "maps"), "list:" + proc(tn.pid, "fd"), "signal:" + strconv.Itoa(tn.pid)}
@@ -217,7 +223,7 @@ func TestWorkersAreIsolatedFromEachOther(t *testing.T) {
 	}
 
 	// Alice against Bob: everything denied.
-	attack := append(append(files(b), workerProc(b)...), staging(b)...)
+	attack := slices.Concat(files(b), volDir(b), workerProc(b), staging(b))
 	for at, err := range probeAs(t, e, a.uid, attack...) {
 		if !strings.Contains(err, "permission denied") && !strings.Contains(err, "operation not permitted") {
 			t.Errorf("as alice's worker uid %d: %s: %q, want it denied", a.uid, at, err)
@@ -233,9 +239,9 @@ func TestWorkersAreIsolatedFromEachOther(t *testing.T) {
 			t.Errorf("as bob's own uid %d: %s: %q, want it to work", b.uid, at, err)
 		}
 	}
-	for at, err := range probeAs(t, e, b.uid, workerProc(b)[:4]...) {
+	for at, err := range probeAs(t, e, b.uid, slices.Concat(workerProc(b)[:4], volDir(b))...) {
 		if !strings.Contains(err, "permission denied") {
-			t.Errorf("as bob's own uid %d: %s: %q, want it denied (not dumpable)", b.uid, at, err)
+			t.Errorf("as bob's own uid %d: %s: %q, want it denied (not dumpable; the volume dir root's)", b.uid, at, err)
 		}
 	}
 	// The staging path is the kubelet's: its 0750 root-owned parents keep
