@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csi-rclone/csi-rclone/pkg/uidpool"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
@@ -107,6 +108,7 @@ func TestStatusFor(t *testing.T) {
 		{&worker.MountError{Kind: worker.ErrNotFound, Message: "no bucket"}, codes.NotFound},
 		{&worker.MountError{Kind: worker.ErrUnavailable, Message: "refused"}, codes.Unavailable},
 		{fmt.Errorf("%w: 2 files", worker.ErrUploadsPending), codes.Unavailable},
+		{fmt.Errorf("%w (1-2)", uidpool.ErrExhausted), codes.ResourceExhausted},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{errors.New("boom"), codes.Internal},
 		{status.Error(codes.Aborted, "busy"), codes.Aborted},

@@ -77,9 +77,7 @@ func Start(ctx context.Context, opts Options, spec Spec) (p *Process, err error)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Pdeathsig:  syscall.SIGKILL,
 		Credential: &syscall.Credential{Uid: uint32(opts.UID), Gid: uint32(opts.GID), Groups: []uint32{}},
-		// Only so that the worker can empty its capability bounding set;
-		// it drops this one too before it reads the spec (pkg/sandbox).
-		AmbientCaps: []uintptr{unix.CAP_SETPCAP},
+		AmbientCaps: sandboxCaps(),
 	}
 
 	stdin, err := cmd.StdinPipe()
@@ -138,6 +136,19 @@ func Start(ctx context.Context, opts Options, spec Spec) (p *Process, err error)
 		p.Kill()
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
+}
+
+// sandboxCaps is CAP_SETPCAP, handed to a worker only so that it can empty
+// its capability bounding set; it drops this one too before it reads its
+// spec (pkg/sandbox). A driver without it starts workers with none: their
+// bounding set stays, inert under no_new_privs.
+func sandboxCaps() []uintptr {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil || data[0].Effective&(1<<unix.CAP_SETPCAP) == 0 {
+		return nil
+	}
+	return []uintptr{unix.CAP_SETPCAP}
 }
 
 func (p *Process) readEvents(r io.ReadCloser) {
