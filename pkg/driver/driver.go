@@ -346,15 +346,16 @@ func prepareDirs(o *Options) error {
 			return err
 		}
 	}
-	// What an unprivileged worker needs, checked now rather than at the
-	// first mount.
+	// What an unprivileged worker needs, said now rather than at the first
+	// mount, which fails without it.
 	for dir := o.CacheDir; ; dir = filepath.Dir(dir) {
 		fi, err := os.Stat(dir)
 		if err != nil {
 			return err
 		}
 		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("mount workers run as uids of their own and cannot reach their cache dirs under %s: make %s traversable (chmod o+x)", o.CacheDir, dir)
+			klog.ErrorS(nil, "mount workers run as uids of their own and cannot reach their cache dirs: make the dir traversable (chmod o+x), or every mount fails", "cacheDir", o.CacheDir, "dir", dir)
+			break
 		}
 		if dir == filepath.Dir(dir) {
 			break

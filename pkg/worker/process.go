@@ -75,8 +75,8 @@ func Start(ctx context.Context, opts Options, spec Spec) (p *Process, err error)
 	// dir of its own, in its cache dir, the one place it may write.
 	cmd.Env = []string{"HOME=" + spec.CacheDir, "TMPDIR=" + spec.CacheDir}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Pdeathsig:  syscall.SIGKILL,
-		Credential: &syscall.Credential{Uid: uint32(opts.UID), Gid: uint32(opts.GID), Groups: []uint32{}},
+		Pdeathsig:   syscall.SIGKILL,
+		Credential:  &syscall.Credential{Uid: uint32(opts.UID), Gid: uint32(opts.GID), Groups: []uint32{}},
 		AmbientCaps: sandboxCaps(),
 	}
 
