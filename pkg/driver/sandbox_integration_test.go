@@ -87,9 +87,11 @@ type tenant struct {
 	cacheFile          string // a file rclone cached for it
 }
 
-// workerPID finds the one live worker of a volume.
-func workerPID(t *testing.T, volumeID string) int {
+// workerPID finds the one live worker of a volume in e (other test runs on
+// the machine may have volumes of the same id).
+func workerPID(t *testing.T, e *harness.Env, volumeID string) int {
 	t.Helper()
+	bin := filepath.Join(e.Dir, "csi-rclone-worker")
 	entries, _ := os.ReadDir("/proc")
 	pid := 0
 	for _, e := range entries {
@@ -98,7 +100,7 @@ func workerPID(t *testing.T, volumeID string) int {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if len(args) >= 4 && args[1] == worker.Arg && args[3] == volumeID {
+		if len(args) >= 4 && args[0] == bin && args[1] == worker.Arg && args[3] == volumeID {
 			if pid != 0 {
 				t.Fatalf("two workers for %s", volumeID)
 			}
@@ -136,7 +138,7 @@ func newTenant(t *testing.T, e *harness.Env, name string) *tenant {
 	if err := os.WriteFile(filepath.Join(v.staging, "secret.txt"), []byte("data of "+name), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tn := &tenant{v: v, pid: workerPID(t, v.id)}
+	tn := &tenant{v: v, pid: workerPID(t, e, v.id)}
 	uids := strings.Fields(procStatus(t, tn.pid)["Uid"])
 	if len(uids) != 4 {
 		t.Fatalf("worker status Uid %v", uids)

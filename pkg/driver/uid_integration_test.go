@@ -29,9 +29,9 @@ const firstUID = 2_100_000_000
 // twoUIDs: a range of two, to run out of.
 var twoUIDs = uidpool.Range{First: firstUID, Last: firstUID + 1}
 
-func workerUID(t *testing.T, volumeID string) int {
+func workerUID(t *testing.T, e *harness.Env, volumeID string) int {
 	t.Helper()
-	uid, _ := strconv.Atoi(strings.Fields(procStatus(t, workerPID(t, volumeID))["Uid"])[0])
+	uid, _ := strconv.Atoi(strings.Fields(procStatus(t, workerPID(t, e, volumeID))["Uid"])[0])
 	return uid
 }
 
@@ -60,7 +60,7 @@ func TestWorkerUIDAllocation(t *testing.T) {
 	one, two, three := newVol(t, e, "vol-one", "one"), newVol(t, e, "vol-two", "two"), newVol(t, e, "vol-three", "three")
 	one.mustStage()
 	two.mustStage()
-	if a, b := workerUID(t, one.id), workerUID(t, two.id); a != firstUID || b != firstUID+1 {
+	if a, b := workerUID(t, e, one.id), workerUID(t, e, two.id); a != firstUID || b != firstUID+1 {
 		t.Fatalf("worker uids %d, %d; want %d, %d", a, b, firstUID, firstUID+1)
 	}
 
@@ -81,7 +81,7 @@ func TestWorkerUIDAllocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	three.mustStage()
-	if got := workerUID(t, three.id); got != firstUID {
+	if got := workerUID(t, e, three.id); got != firstUID {
 		t.Fatalf("after the unstage of vol-one, vol-three runs as %d, want the freed %d", got, firstUID)
 	}
 }
@@ -114,7 +114,7 @@ func TestRecoveryKeepsWorkerUID(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if a, b := workerUID(t, old.id), workerUID(t, kept.id); a != firstUID || b != firstUID+1 {
+	if a, b := workerUID(t, e, old.id), workerUID(t, e, kept.id); a != firstUID || b != firstUID+1 {
 		t.Fatalf("worker uids %d, %d; want %d, %d", a, b, firstUID, firstUID+1)
 	}
 	if err := os.WriteFile(filepath.Join(kept.staging, "f.txt"), []byte("kept"), 0o644); err != nil {
@@ -156,7 +156,7 @@ func TestRecoveryKeepsWorkerUID(t *testing.T) {
 		return err
 	})
 
-	if a, b := workerUID(t, kept.id), workerUID(t, old.id); a != firstUID || b != firstUID+1 {
+	if a, b := workerUID(t, e, kept.id), workerUID(t, e, old.id); a != firstUID || b != firstUID+1 {
 		t.Fatalf("after recovery: vol-kept runs as %d, vol-old as %d; want %d, %d", a, b, firstUID, firstUID+1)
 	}
 	if got := readRecord(t, recordPath(stateDir, old.id))["workerUID"]; got != float64(firstUID+1) {
@@ -172,7 +172,7 @@ func TestRecoveryKeepsWorkerUID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if uid := int(fi.Sys().(*syscall.Stat_t).Uid); uid != workerUID(t, v.id) {
+		if uid := int(fi.Sys().(*syscall.Stat_t).Uid); uid != workerUID(t, e, v.id) {
 			t.Errorf("%s's cache dir belongs to %d", v.id, uid)
 		}
 	}

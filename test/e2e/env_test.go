@@ -97,7 +97,9 @@ func workerPIDs() map[string][]int {
 			continue
 		}
 		args := procArgs(pid)
-		if len(args) >= 4 && args[1] == "mount-worker" && filepath.Base(args[0]) == filepath.Base(binary) {
+		// The whole path: other test runs on the machine start workers of
+		// their own binaries, with the same volume ids.
+		if len(args) >= 4 && args[1] == "mount-worker" && args[0] == binary {
 			if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !bytes.Contains(stat, []byte(") Z ")) {
 				out[args[3]] = append(out[args[3]], pid)
 			}
