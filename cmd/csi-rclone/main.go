@@ -81,6 +81,9 @@ func run(args []string) error {
 	if opts.Policy, err = tenant.policy(); err != nil {
 		return err
 	}
+	if tenant.workerMemory > 0 {
+		opts.Worker.MemoryLimit = int64(tenant.workerMemory)
+	}
 
 	d, err := driver.New(opts)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 type tenantFlags struct {
 	allowBackends, allowOptions, denyNetworks string
 	limits                                    secrets.Limits
+	workerMemory                              fs.SizeSuffix
 }
 
 func (t *tenantFlags) register(fl *flag.FlagSet) {
@@ -30,6 +31,7 @@ func (t *tenantFlags) register(fl *flag.FlagSet) {
 	size(&t.limits.ChunkSize, "tenant-max-chunk-size", secrets.DefaultChunkSizeLimit, "largest read chunk and backend upload chunk")
 	size(&t.limits.BufferSize, "tenant-max-buffer-size", secrets.DefaultBufferSizeLimit, "largest in-memory buffer option of a backend")
 	fl.IntVar(&t.limits.Streams, "tenant-max-streams", secrets.DefaultStreamsLimit, "most parallel streams, concurrent uploads, transfers or checkers a volume may ask for (-1: no limit)")
+	size(&t.workerMemory, "worker-memory-limit", 2*fs.Gibi, "data segment limit of each mount worker (RLIMIT_DATA); a worker past it dies and is started again")
 	fl.IntVar(&t.limits.ValueBytes, "tenant-max-value-bytes", secrets.DefaultValueBytesLimit, "largest value of a stage secret or volume context key")
 	fl.IntVar(&t.limits.SecretBytes, "tenant-max-secret-bytes", secrets.DefaultSecretBytesLimit, "largest stage secret and volume context, together")
 }

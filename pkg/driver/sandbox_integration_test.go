@@ -280,6 +280,16 @@ func TestWorkerIsConfined(t *testing.T) {
 	if err := syscall.Stat(fmt.Sprintf("/proc/%d/environ", tn.pid), &s); err != nil || s.Uid != 0 {
 		t.Errorf("/proc/%d/environ owned by %d (%v), want 0: the worker is dumpable", tn.pid, s.Uid, err)
 	}
+	// Its memory is bounded: a listing a tenant's server sends costs that
+	// worker alone.
+	limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", tn.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("Max data size             %d           %d           bytes", harness.WorkerMemoryLimit, harness.WorkerMemoryLimit)
+	if !strings.Contains(string(limits), want) {
+		t.Errorf("worker limits do not hold %q:\n%s", want, limits)
+	}
 	// The worker holds the FUSE device the driver opened, not one of its own.
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", tn.pid))
 	fuse := 0

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +26,11 @@ type Options struct {
 	// UID and GID the worker runs as: the volume's own, never root's (see
 	// pkg/uidpool). The worker also owns the FUSE connection.
 	UID, GID int
+	// MemoryLimit bounds the worker's data segment (RLIMIT_DATA, which
+	// counts Go's heap), in bytes; 0: none. A tenant's server decides how
+	// much a listing costs: past the limit that volume's worker dies and is
+	// started again, instead of the node's memory running out for all.
+	MemoryLimit int64
 }
 
 // Process is a running worker.
@@ -70,10 +76,14 @@ func Start(ctx context.Context, opts Options, spec Spec) (p *Process, err error)
 
 	// The cache dir is on the command line (it is no secret) because the
 	// worker confines itself to it before it reads the spec.
-	cmd := exec.Command(bin, Arg, "--volume-id", spec.VolumeID, "--cache-dir", spec.CacheDir)
+	cmd := exec.Command(bin, Arg, "--volume-id", spec.VolumeID, "--cache-dir", spec.CacheDir, "--memory-limit", strconv.FormatInt(opts.MemoryLimit, 10))
 	// No credential in the environment: the worker gets a home and a temp
 	// dir of its own, in its cache dir, the one place it may write.
 	cmd.Env = []string{"HOME=" + spec.CacheDir, "TMPDIR=" + spec.CacheDir}
+	if opts.MemoryLimit > 0 {
+		// The collector works harder before the hard limit is reached.
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMEMLIMIT=%d", opts.MemoryLimit/10*9))
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Pdeathsig:   syscall.SIGKILL,
 		Credential:  &syscall.Credential{Uid: uint32(opts.UID), Gid: uint32(opts.GID), Groups: []uint32{}},

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"net"
 	"os"
 
@@ -109,6 +110,7 @@ func Main() {
 	fl := flag.NewFlagSet(Arg, flag.ContinueOnError)
 	volumeID := fl.String("volume-id", "", "the volume, for logs")
 	cacheDir := fl.String("cache-dir", "", "the volume's cache dir, the one place the worker may write")
+	memoryLimit := fl.Int64("memory-limit", 0, "data segment limit in bytes (RLIMIT_DATA); 0: none")
 	if err := fl.Parse(os.Args[2:]); err != nil || *cacheDir == "" {
 		fmt.Fprintln(os.Stderr, "mount-worker: this command is started by the driver")
 		os.Exit(2)
@@ -121,6 +123,16 @@ func Main() {
 	// The cgo resolver would load NSS modules, which the sandbox does not
 	// let it read; Go's own reads resolv.conf and hosts.
 	net.DefaultResolver.PreferGo = true
+	// The worker lowers its own limit (the driver may not, without
+	// CAP_SYS_RESOURCE, for a process of another uid), before anything
+	// the tenant wrote runs: that starts with the spec.
+	if *memoryLimit > 0 {
+		lim := uint64(*memoryLimit)
+		if err := unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: lim, Max: lim}); err != nil {
+			fmt.Fprintln(os.Stderr, "mount-worker: limiting memory:", err)
+			os.Exit(1)
+		}
+	}
 	res, err := sandbox.Confine(sandbox.Options{CacheDir: *cacheDir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mount-worker:", err)

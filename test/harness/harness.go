@@ -109,6 +109,10 @@ func WorkerBinary(dir string) (string, error) {
 	return dst, out.Close()
 }
 
+// WorkerMemoryLimit is the workers' data segment limit in tests: the
+// driver's default.
+const WorkerMemoryLimit = 2 << 30
+
 // Start starts an S3 server and the driver (node and controller) under dir.
 // tweak, if not nil, may change the driver options.
 func Start(ctx context.Context, dir string, tweak func(*driver.Options)) (*Env, error) {
@@ -137,7 +141,7 @@ func Start(ctx context.Context, dir string, tweak func(*driver.Options)) (*Env, 
 		DrainTimeout: 30 * time.Second,
 		DefaultUID:   1000,
 		DefaultGID:   1000,
-		Worker:       worker.Options{Binary: bin},
+		Worker:       worker.Options{Binary: bin, MemoryLimit: WorkerMemoryLimit},
 		WorkerUIDs:   WorkerUIDs,
 	}
 	if tweak != nil {
