@@ -56,7 +56,7 @@ func run(args []string) error {
 	fl.StringVar(&opts.StateDir, "state-dir", "/run/csi-rclone", "driver state on the node; a memory-backed, root-only directory")
 	fl.StringVar(&opts.CacheDir, "cache-dir", "/var/lib/csi-rclone/cache", "root of the per-volume rclone VFS caches")
 	fl.DurationVar(&opts.MountTimeout, "mount-timeout", 2*time.Minute, "how long NodeStageVolume waits for a mount")
-	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long NodeUnstageVolume waits for pending uploads before it fails")
+	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", driver.DefaultDrainTimeout, "how long NodeUnstageVolume waits for open files and pending uploads before it answers Unavailable (the uploads go on; the kubelet retries); keep it under the kubelet's 2-minute CSI call timeout")
 	fl.StringVar(&opts.MetricsAddress, "metrics-address", "", "serve Prometheus metrics on this address (e.g. :9090); empty: off")
 	fl.IntVar(&opts.RecoveryConcurrency, "recovery-concurrency", 4, "how many volumes are mounted again at once after a restart")
 	opts.WorkerUIDs = driver.DefaultWorkerUIDs

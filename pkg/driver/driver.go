@@ -47,6 +47,11 @@ func (m Mode) controller() bool { return m == ModeController || m == ModeAll }
 // DefaultDriverName is the name StorageClasses use today.
 const DefaultDriverName = "csi-rclone"
 
+// DefaultDrainTimeout stays under the 2 minutes the kubelet gives a CSI
+// call, so that a slow drain answers Unavailable (and the kubelet retries)
+// before the kubelet gives up on the call.
+const DefaultDrainTimeout = 90 * time.Second
+
 // Options configure a Driver.
 type Options struct {
 	DriverName string
@@ -61,7 +66,9 @@ type Options struct {
 	CacheDir string
 	// MountTimeout bounds NodeStageVolume's wait for a mount.
 	MountTimeout time.Duration
-	// DrainTimeout bounds NodeUnstageVolume's wait for pending uploads.
+	// DrainTimeout bounds NodeUnstageVolume's wait for pending uploads; the
+	// call's own deadline, less a margin, bounds it too. After it the call
+	// answers Unavailable and the uploads go on.
 	DrainTimeout time.Duration
 	// Worker says how to start mount workers; their uids come from
 	// WorkerUIDs.
@@ -97,7 +104,7 @@ func (o *Options) setDefaults() {
 		o.MountTimeout = 2 * time.Minute
 	}
 	if o.DrainTimeout == 0 {
-		o.DrainTimeout = 5 * time.Minute
+		o.DrainTimeout = DefaultDrainTimeout
 	}
 	if o.RecoveryConcurrency <= 0 {
 		o.RecoveryConcurrency = 4

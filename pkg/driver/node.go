@@ -483,7 +483,19 @@ func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup
 	return nil
 }
 
-// NodeUnstageVolume waits for pending uploads, unmounts and stops the worker.
+// NodeUnstageVolume drains the volume, unmounts it and stops the worker:
+//  1. drain: wait until the worker has no file open (a RELEASE the kernel
+//     has not sent yet counts), none dirty and no upload queued or running.
+//     If that takes longer than the drain timeout (or the call's deadline),
+//     answer Unavailable and leave the mount as it is; the worker goes on
+//     uploading, and the kubelet's retry waits for the same drain;
+//  2. unmount, and wait for the worker to exit;
+//  3. remove the cache dir only when the worker reported, as it exited, that
+//     it left no file there not uploaded (or, for a worker that is gone,
+//     when none is found there): otherwise it stays, and the next stage of
+//     the volume uploads what is in it;
+//  4. forget the volume.
+//
 // Unknown volumes and dead mounts succeed: there is nothing to keep.
 func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
@@ -515,14 +527,28 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		if err := s.unmountVolume(v); err != nil {
 			return nil, status.Errorf(codes.Internal, "unmounting: %v", err)
 		}
+		left := -1 // unknown
 		if proc != nil {
-			proc.Wait(10 * time.Second) // the FUSE session has ended: it exits
+			if exit, ok := proc.Wait(10 * time.Second); ok { // the FUSE session has ended: it exits
+				left = exit.NotUploaded
+			}
+		}
+		if left < 0 { // no report: the worker died or was killed
+			if n, err := worker.NotUploaded(v.cacheDir); err == nil {
+				left = n
+			} else {
+				klog.ErrorS(err, "reading the cache dir", "volumeID", id)
+			}
 		}
 		if err := os.Remove(v.mountDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			klog.ErrorS(err, "removing mount dir", "volumeID", id)
 		}
-		if err := os.RemoveAll(v.cacheDir); err != nil {
-			klog.ErrorS(err, "removing cache dir", "volumeID", id)
+		if left == 0 {
+			if err := os.RemoveAll(v.cacheDir); err != nil {
+				klog.ErrorS(err, "removing cache dir", "volumeID", id)
+			}
+		} else {
+			klog.InfoS("keeping the cache dir: it holds files not uploaded, which the next stage of the volume uploads", "volumeID", id, "cacheDir", v.cacheDir, "files", left)
 		}
 		if err := s.store.Delete(id); err != nil {
 			return nil, status.Errorf(codes.Internal, "removing the volume's record: %v", err)

@@ -38,10 +38,23 @@ type Process struct {
 	volumeID string
 	cmd      *exec.Cmd
 	stdin    io.WriteCloser
-	events   chan event
+	events   chan event // the events that answer no command: ready, error at start
 	done     chan struct{}
-	mu       sync.Mutex // serialises commands
 	exitErr  error
+
+	mu      sync.Mutex // guards the fields below, and the writes to stdin
+	lastID  uint64
+	waiters map[uint64]chan event // by command id
+	exit    *event                // the worker's last word, once it said it
+	gone    chan struct{}         // closed when the event stream has ended
+}
+
+func newProcess(volumeID string, stdin io.WriteCloser) *Process {
+	return &Process{
+		volumeID: volumeID, stdin: stdin,
+		events: make(chan event, 4), done: make(chan struct{}), gone: make(chan struct{}),
+		waiters: map[uint64]chan event{},
+	}
 }
 
 // Start mounts the FUSE device at spec.MountPoint, launches a worker that
@@ -111,7 +124,8 @@ func Start(ctx context.Context, opts Options, spec Spec) (p *Process, err error)
 	evW.Close()
 	dev.Close() // the worker has its own copy
 
-	p = &Process{volumeID: spec.VolumeID, cmd: cmd, stdin: stdin, events: make(chan event, 4), done: make(chan struct{})}
+	p = newProcess(spec.VolumeID, stdin)
+	p.cmd = cmd
 	lastLine := make(chan string, 1)
 	go p.logStderr(stderr, lastLine, redactor(&spec.Volume))
 	go p.readEvents(evR)
@@ -128,9 +142,9 @@ func Start(ctx context.Context, opts Options, spec Spec) (p *Process, err error)
 	select {
 	case ev, ok := <-p.events:
 		switch {
-		case ok && ev.Type == "ready":
+		case ok && ev.Type == evReady:
 			return p, nil
-		case ok && ev.Type == "error":
+		case ok && ev.Type == evError:
 			p.Kill()
 			return nil, errorFromEvent(ev)
 		default:
@@ -161,17 +175,61 @@ func sandboxCaps() []uintptr {
 	return []uintptr{unix.CAP_SETPCAP}
 }
 
+// readEvents hands each event to the command it answers, or, for events
+// that answer none, to Start; it drops answers nobody waits for any more:
+// those of commands whose caller gave up.
 func (p *Process) readEvents(r io.ReadCloser) {
 	defer r.Close()
 	defer close(p.events)
+	defer close(p.gone)
 	dec := json.NewDecoder(r)
 	for {
 		var ev event
 		if err := dec.Decode(&ev); err != nil {
 			return
 		}
-		p.events <- ev
+		p.mu.Lock()
+		switch {
+		case ev.ID != 0:
+			if w, ok := p.waiters[ev.ID]; ok {
+				delete(p.waiters, ev.ID)
+				w <- ev // buffered
+			} else {
+				klog.V(2).InfoS("dropping a late answer of the worker", "volumeID", p.volumeID, "command", ev.ID, "type", ev.Type)
+			}
+		case ev.Type == evExit:
+			p.exit = &ev
+		default:
+			select {
+			case p.events <- ev:
+			default: // nobody reads them after Start
+			}
+		}
+		p.mu.Unlock()
 	}
+}
+
+// send writes a command with a fresh id and returns where its answer comes.
+func (p *Process) send(c command) (uint64, <-chan event, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastID++
+	c.ID = p.lastID
+	answer := make(chan event, 1)
+	p.waiters[c.ID] = answer
+	if err := json.NewEncoder(p.stdin).Encode(c); err != nil {
+		delete(p.waiters, c.ID)
+		return 0, nil, err
+	}
+	return c.ID, answer, nil
+}
+
+// forget stops waiting for the answer to command id: if it comes, it is
+// dropped.
+func (p *Process) forget(id uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.waiters, id)
 }
 
 // logStderr forwards rclone's log lines, tagged with the volume, and keeps
@@ -207,47 +265,75 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Done is closed when the worker has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Drain waits up to d until the worker has uploaded every file written. If
-// uploads are still pending it returns ErrUploadsPending and the mount stays
-// as it is: no data is dropped. After a drain the caller unmounts, and the
-// worker exits (see Wait).
+// answerMargin is the part of a caller's deadline that a drain leaves for
+// what follows it (unmount, cleanup, the answer to the kubelet).
+const answerMargin = 5 * time.Second
+
+// Drain waits up to d, and never past ctx's deadline less answerMargin,
+// until the worker has no file open, none dirty and no upload queued or
+// running. If that takes longer it returns ErrUploadsPending (or, when ctx
+// ends first, ErrUnavailable) and the mount stays as it is: no data is
+// dropped, and the worker goes on with the drain, which a later call joins.
+// After a drain the caller unmounts, and the worker exits (see Wait).
 func (p *Process) Drain(ctx context.Context, d time.Duration) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	select {
 	case <-p.done:
 		return fmt.Errorf("%w: the worker is gone", ErrMount)
 	default:
 	}
-	secs := int((d + time.Second - 1) / time.Second)
-	if err := json.NewEncoder(p.stdin).Encode(command{Op: "drain", DrainSeconds: secs}); err != nil {
+	if deadline, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(deadline)-answerMargin)
+	}
+	d = max(d, 0)
+	id, answer, err := p.send(command{Op: "drain", TimeoutMS: d.Milliseconds()})
+	if err != nil {
 		return fmt.Errorf("%w: the worker is gone", ErrMount)
 	}
+	defer p.forget(id)
 	select {
-	case ev, ok := <-p.events:
-		switch {
-		case !ok:
-			return fmt.Errorf("%w: the worker is gone", ErrMount)
-		case ev.Type == "drained":
+	case ev := <-answer:
+		switch ev.Type {
+		case evDrained:
 			return nil
-		case ev.Type == "pending":
-			return fmt.Errorf("%w: %d file(s) not yet uploaded after %s", ErrUploadsPending, ev.Pending, d)
+		case evPending:
+			return fmt.Errorf("%w after %s: %s; the uploads go on", ErrUploadsPending, d.Round(time.Millisecond), ev.Work)
 		default:
 			return errorFromEvent(ev)
 		}
+	case <-p.gone:
+		return fmt.Errorf("%w: the worker is gone", ErrMount)
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("%w: the drain goes on in the background: %w", ErrUnavailable, ctx.Err())
 	}
 }
 
-// Wait waits up to d for the worker to exit, then kills it.
-func (p *Process) Wait(d time.Duration) {
+// Exit is what a worker reported as it exited.
+type Exit struct {
+	// NotUploaded counts the files it left in the cache dir not uploaded;
+	// negative when it could not tell.
+	NotUploaded int
+}
+
+// Wait waits up to d for the worker to exit, then kills it. It returns the
+// worker's last report, and false when the worker sent none (it was killed,
+// or it died).
+func (p *Process) Wait(d time.Duration) (Exit, bool) {
 	select {
 	case <-p.done:
 	case <-time.After(d):
 		p.Kill()
 	}
 	_ = p.stdin.Close()
+	select { // the report, if any, is read before the stream ends
+	case <-p.gone:
+	case <-time.After(time.Second): // a child of the worker holds the pipe open
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exit == nil {
+		return Exit{}, false
+	}
+	return Exit{NotUploaded: p.exit.Work.Dirty}, true
 }
 
 // Kill ends the worker at once and waits for it.

@@ -4,11 +4,14 @@
 // The parent hands the worker its Spec, credentials included, as the first
 // JSON line on the worker's stdin; nothing secret is ever on the command line,
 // in the environment or in a file. The worker answers with events on file
-// descriptor 3. Later lines on stdin are commands: "drain" waits for pending
-// uploads; the parent then unmounts, and the worker exits when the kernel
-// ends the FUSE session. When stdin reaches EOF the parent is gone, and the
-// worker exits at once: the mount goes dead and the driver, when it comes
-// back, mounts the volume again.
+// descriptor 3. Later lines on stdin are commands, each with an id that its
+// answer echoes, so that the parent can drop the late answer to a command it
+// gave up on. "drain" waits until no file is open, none is dirty and no
+// upload is queued; the parent then unmounts, and the worker exits when the
+// kernel ends the FUSE session, with a last "exit" event that says how many
+// files it leaves in the cache not uploaded. When stdin reaches EOF the
+// parent is gone, and the worker exits at once: the mount goes dead and the
+// driver, when it comes back, mounts the volume again.
 package worker
 
 import (
@@ -44,16 +47,45 @@ func (s Spec) String() string {
 
 // command is a parent → worker line after the Spec.
 type command struct {
-	Op           string `json:"op"` // "drain"
-	DrainSeconds int    `json:"drainSeconds,omitempty"`
+	ID uint64 `json:"id"`
+	Op string `json:"op"` // "drain"
+	// TimeoutMS bounds how long the worker waits before it answers; a drain
+	// goes on after it has answered "pending".
+	TimeoutMS int64 `json:"timeoutMs,omitempty"`
 }
+
+// Event types.
+const (
+	evReady   = "ready"   // mounted (no id)
+	evError   = "error"   // the mount failed (no id), or a command did
+	evPending = "pending" // a drain's timeout passed with work left
+	evDrained = "drained" // nothing open, dirty or queued: safe to unmount
+	evExit    = "exit"    // the worker's last word (no id)
+)
 
 // event is a worker → parent line.
 type event struct {
-	Type    string `json:"type"` // "ready", "error", "pending", "drained"
+	// ID is the command this event answers; 0 for events no command asked
+	// for (ready, error at start, exit).
+	ID      uint64 `json:"id,omitempty"`
+	Type    string `json:"type"`
 	Kind    string `json:"kind,omitempty"`
 	Message string `json:"message,omitempty"`
-	Pending int    `json:"pending,omitempty"`
+	Work    Work   `json:"work"`
+}
+
+// Work is what keeps a volume from being drained.
+type Work struct {
+	Busy    bool `json:"busy,omitempty"`    // a file is open (or its RELEASE not yet handled)
+	Dirty   int  `json:"dirty,omitempty"`   // files in the cache not yet uploaded
+	Uploads int  `json:"uploads,omitempty"` // uploads queued or running
+}
+
+// Done says whether nothing is left to do.
+func (w Work) Done() bool { return !w.Busy && w.Dirty == 0 && w.Uploads == 0 }
+
+func (w Work) String() string {
+	return fmt.Sprintf("%d file(s) not yet uploaded, %d upload(s) queued or running, files open: %t", w.Dirty, w.Uploads, w.Busy)
 }
 
 // Error kinds a worker reports; the driver turns them into gRPC codes.

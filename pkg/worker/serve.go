@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/rclone/rclone/fs"
 	"github.com/rclone/rclone/fs/config"
 	"github.com/rclone/rclone/fs/rc"
+	"github.com/rclone/rclone/vfs"
 	"github.com/rclone/rclone/vfs/vfscache/writeback"
 	"github.com/rclone/rclone/vfs/vfscommon"
 
@@ -39,21 +41,29 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	dec := json.NewDecoder(bufio.NewReader(in))
 	var spec Spec
 	if err := dec.Decode(&spec); err != nil {
-		send(event{Type: "error", Kind: "invalid", Message: "worker: cannot read its spec"})
+		send(event{Type: evError, Kind: "invalid", Message: "worker: cannot read its spec"})
 		return fmt.Errorf("reading spec: %w", err)
 	}
 
 	mnt, err := mount(ctx, &spec)
 	if err != nil {
 		msg := spec.Volume.Redact(err.Error())
-		send(event{Type: "error", Kind: kindOf(err), Message: msg})
+		send(event{Type: evError, Kind: kindOf(err), Message: msg})
 		return errors.New(msg)
 	}
 	spec.Volume.Config, spec.Volume.Secrets = nil, nil // in rclone's memory now; drop our copy
-	uploadLeftovers(mnt)
-	send(event{Type: "ready"})
+	finishLeftovers(mnt)
+	send(event{Type: evReady})
 	fs.Logf(nil, "worker: volume %s mounted at %s", spec.VolumeID, spec.MountPoint)
+	return obey(ctx, &spec, mnt, dec, send)
+}
 
+// obey runs the commands of the parent until the mount ends or the parent is
+// gone. Each command is answered on its own goroutine, with its id, so that
+// a long drain does not hold up the next command.
+func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, dec *json.Decoder, send func(event)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	cmds := make(chan command)
 	go func() {
 		defer close(cmds)
@@ -66,12 +76,15 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		}
 	}()
 
-	drained := false
+	drains := &drainer{work: func() Work { return vfsWork(mnt.VFS) }, expedite: expedite, poll: drainPoll}
+	var drained atomic.Bool
 	for {
 		select {
 		case err := <-mnt.ErrChan:
+			cancel()
 			mnt.VFS.Shutdown()
-			if drained {
+			send(exitReport(spec.CacheDir))
+			if drained.Load() {
 				return nil // the driver unmounted it after a drain: done
 			}
 			return fmt.Errorf("mount ended: %v", err)
@@ -81,17 +94,33 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 				// stay in the volume's cache dir and go up after recovery.
 				return errors.New("parent gone")
 			}
-			if c.Op != "drain" {
-				continue
+			switch c.Op {
+			case "drain":
+				go func() {
+					if drains.wait(ctx, time.Duration(c.TimeoutMS)*time.Millisecond) {
+						drained.Store(true)
+						send(event{ID: c.ID, Type: evDrained})
+						return
+					}
+					w := vfsWork(mnt.VFS)
+					w.Dirty, _ = NotUploaded(spec.CacheDir)
+					send(event{ID: c.ID, Type: evPending, Work: w})
+				}()
+			default:
+				send(event{ID: c.ID, Type: evError, Kind: "invalid", Message: fmt.Sprintf("unknown command %q", c.Op)})
 			}
-			if pending := drain(mnt, time.Duration(c.DrainSeconds)*time.Second); pending > 0 {
-				send(event{Type: "pending", Pending: pending})
-				continue
-			}
-			drained = true
-			send(event{Type: "drained"})
 		}
 	}
+}
+
+// exitReport is the worker's last event: how many files it leaves in the
+// cache dir not uploaded. The parent removes the cache dir only when none.
+func exitReport(cacheDir string) event {
+	n, err := NotUploaded(cacheDir)
+	if err != nil {
+		return event{Type: evExit, Message: "cannot read the cache: " + err.Error(), Work: Work{Dirty: -1}}
+	}
+	return event{Type: evExit, Work: Work{Dirty: n}}
 }
 
 // mount sets rclone up from the spec and mounts it. It returns when the kernel
@@ -144,6 +173,7 @@ func mount(ctx context.Context, spec *Spec) (*mountlib.MountPoint, error) {
 	if mountFn == nil {
 		return nil, errors.New("rclone mount2 method not compiled in")
 	}
+	uploadLeftovers(ctx, f, &vfsOpt, spec.CacheDir)
 	mnt := mountlib.NewMountPoint(mountFn, spec.MountPoint, f, &mountOpt, &vfsOpt)
 	if _, err := mnt.Mount(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMount, err)
@@ -174,39 +204,129 @@ func probe(ctx context.Context, f fs.Fs) error {
 	return err
 }
 
-// drain waits up to timeout until the VFS cache has uploaded every file, and
-// returns how many are still pending.
-func drain(mnt *mountlib.MountPoint, timeout time.Duration) int {
-	deadline := time.Now().Add(timeout)
-	for {
-		expedite()
-		pending := pendingUploads(mnt)
-		if pending == 0 || time.Now().After(deadline) {
-			return pending
-		}
-		time.Sleep(200 * time.Millisecond)
+// drainPoll is how often a drain looks again.
+const drainPoll = 50 * time.Millisecond
+
+// drainer runs at most one drain at a time: a drain asked for while one runs
+// joins it, and a drain whose caller gave up goes on, so that the retry
+// finds it further along instead of starting over.
+type drainer struct {
+	work     func() Work // what is left; cheap, called every poll
+	expedite func()      // makes queued uploads due now
+	poll     time.Duration
+
+	mu   sync.Mutex
+	idle chan struct{} // closed when the running drain found nothing left; nil when none runs
+}
+
+// wait starts a drain, or joins the running one, and waits up to timeout
+// for it to find nothing left. It reports whether it did.
+func (d *drainer) wait(ctx context.Context, timeout time.Duration) bool {
+	idle := d.start(ctx)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	select { // a drain that finished just now counts
+	case <-idle:
+		return true
+	default:
+		return false
 	}
 }
 
-// leftoverWait bounds how long a mount waits for the uploads a dead worker
-// left behind before it reports ready.
+func (d *drainer) start(ctx context.Context) <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.idle == nil {
+		d.idle = make(chan struct{})
+		go d.run(ctx, d.idle)
+	}
+	return d.idle
+}
+
+func (d *drainer) run(ctx context.Context, idle chan struct{}) {
+	for {
+		d.expedite()
+		if d.work().Done() {
+			d.mu.Lock()
+			d.idle = nil
+			d.mu.Unlock()
+			close(idle)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			d.mu.Lock()
+			d.idle = nil
+			d.mu.Unlock()
+			return
+		case <-time.After(d.poll):
+		}
+	}
+}
+
+// vfsWork is what keeps v from being drained, without the dirty count (a
+// walk of the cache dir). rclone's VFS counts a file as open from OPEN until
+// it has handled the RELEASE, which the kernel sends after close(2) has
+// returned, and only then queues the upload; Busy also holds while a cached
+// file is dirty, uploading included.
+func vfsWork(v *vfs.VFS) Work {
+	w := Work{Busy: v.Busy()}
+	if cache, ok := v.Stats()["diskCache"].(rc.Params); ok {
+		for _, k := range []string{"uploadsInProgress", "uploadsQueued"} {
+			if n, ok := cache[k].(int); ok {
+				w.Uploads += n
+			}
+		}
+	}
+	return w
+}
+
+// leftoverWait bounds how long a worker waits for the uploads a dead worker
+// left before it mounts.
 const leftoverWait = 5 * time.Second
 
 // uploadLeftovers uploads the files that a worker which died left in the
-// cache: rclone queues them again on mount, but a directory listing made
-// while they upload misses them and stays cached for dir_cache_time. So they
-// go up at once, and the listings are dropped when they are up: within
-// leftoverWait before the mount reports ready, or later in the background.
-func uploadLeftovers(mnt *mountlib.MountPoint) {
-	if pendingUploads(mnt) == 0 {
+// cache dir before the volume is mounted, through a VFS of its own that no
+// one else sees. Mounted, rclone would put such a file in the directory tree
+// as a "virtual" entry while it uploads and list the directory without it,
+// and reads in that window may take the wrong object. Files not up within
+// leftoverWait are left for the mount's own VFS (see finishLeftovers).
+func uploadLeftovers(ctx context.Context, f fs.Fs, opt *vfscommon.Options, cacheDir string) {
+	if opt.CacheMode < vfscommon.CacheModeWrites || opt.ReadOnly {
 		return
 	}
-	if drain(mnt, leftoverWait) == 0 {
-		mnt.VFS.FlushDirCache()
+	if n, err := NotUploaded(cacheDir); err != nil || n == 0 {
+		return
+	}
+	v := vfs.New(ctx, f, opt)
+	defer v.Shutdown() // before the mount's VFS: rclone would share a live one
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d := &drainer{work: func() Work { return vfsWork(v) }, expedite: expedite, poll: drainPoll}
+	start := time.Now()
+	if d.wait(ctx, leftoverWait) {
+		fs.Logf(nil, "worker: uploaded the files a previous worker left in %s", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	fs.Logf(nil, "worker: files a previous worker left are still uploading after %s; the mount goes on with them", leftoverWait)
+}
+
+// finishLeftovers uploads, in the background, the files that uploadLeftovers
+// did not get up in time, and then drops the directory listings made while
+// they uploaded, which miss them.
+func finishLeftovers(mnt *mountlib.MountPoint) {
+	if vfsWork(mnt.VFS).Uploads == 0 {
 		return
 	}
 	go func() {
-		for drain(mnt, time.Hour) > 0 {
+		d := &drainer{work: func() Work { return Work{Uploads: vfsWork(mnt.VFS).Uploads} }, expedite: expedite, poll: drainPoll}
+		for !d.wait(context.Background(), time.Hour) {
 		}
 		mnt.VFS.FlushDirCache()
 	}()
@@ -227,20 +347,6 @@ func expedite() {
 			_, _ = rc.Calls.Get("vfs/queue-set-expiry").Fn(ctx, rc.Params{"id": int64(it.ID), "expiry": -1e9})
 		}
 	}
-}
-
-func pendingUploads(mnt *mountlib.MountPoint) int {
-	cache, ok := mnt.VFS.Stats()["diskCache"].(rc.Params)
-	if !ok {
-		return 0 // no cache (vfs_cache_mode off): writes are synchronous
-	}
-	n := 0
-	for _, k := range []string{"uploadsInProgress", "uploadsQueued"} {
-		if v, ok := cache[k].(int); ok {
-			n += v
-		}
-	}
-	return n
 }
 
 // classify wraps err with the kind the driver maps to a gRPC code.

@@ -1,0 +1,79 @@
+package driver_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// busyCPUs keeps every core busy in other processes until the test ends, as
+// other tenants' pods do on a node: the kernel then sends a FUSE RELEASE
+// later after close(2) returned.
+func busyCPUs(t *testing.T) {
+	t.Helper()
+	for range runtime.NumCPU() {
+		cmd := exec.Command("yes")
+		if err := cmd.Start(); err != nil { // stdout: /dev/null
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+}
+
+// cycles of write → close → unpublish → unstage, back to back.
+const unstageCycles = 200
+
+// TestUnstageRightAfterCloseKeepsEveryFile: an unstage that follows a close
+// at once must still upload the file, although rclone learns of the close
+// (RELEASE) only later, and only then queues the upload.
+func TestUnstageRightAfterCloseKeepsEveryFile(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("cycles"); err != nil {
+		t.Fatal(err)
+	}
+	busyCPUs(t)
+	v := newVol(t, e, "vol-cycles", "cycles")
+	start := time.Now()
+	for i := range unstageCycles {
+		if err := v.stage(); err != nil {
+			t.Fatalf("cycle %d: stage: %v", i, err)
+		}
+		target, err := v.publish("pod", false)
+		if err != nil {
+			t.Fatalf("cycle %d: publish: %v", i, err)
+		}
+		name, content := fmt.Sprintf("cycle-%03d.txt", i), fmt.Sprintf("written in cycle %d at %s", i, time.Now())
+		if err := os.WriteFile(filepath.Join(target, name), []byte(content), 0o644); err != nil {
+			t.Fatalf("cycle %d: write: %v", i, err)
+		}
+		if err := v.unpublish(target); err != nil {
+			t.Fatalf("cycle %d: unpublish: %v", i, err)
+		}
+		if err := v.unstage(); err != nil {
+			t.Fatalf("cycle %d: unstage: %v", i, err)
+		}
+		// The object is there as soon as the unstage returns.
+		if got, err := os.ReadFile(e.S3.Object("cycles", name)); err != nil || string(got) != content {
+			t.Errorf("cycle %d: object after unstage: %q, %v", i, got, err)
+		}
+	}
+	took := time.Since(start)
+	t.Logf("%d cycles in %s (%s per cycle)", unstageCycles, took.Round(time.Millisecond), (took / unstageCycles).Round(time.Millisecond))
+	lost := 0
+	for i := range unstageCycles {
+		if _, err := os.Stat(e.S3.Object("cycles", fmt.Sprintf("cycle-%03d.txt", i))); err != nil {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d files lost", lost, unstageCycles)
+	}
+	if left, err := os.ReadDir(filepath.Join(e.Dir, "cache")); err != nil && !errors.Is(err, os.ErrNotExist) || len(left) != 0 {
+		t.Fatalf("cache dirs left after the last unstage: %v %v", left, err)
+	}
+}
