@@ -210,6 +210,14 @@ func (c *container) write(name, content string) error {
 	return nil
 }
 
+func (c *container) appendTo(name, content string) error {
+	out, err := c.run("sh", "-c", `printf %s "$1" >> "$2"`, "sh", content, filepath.Join(c.dir, name))
+	if err != nil {
+		return fmt.Errorf("%s: %v: %s", c.name, err, out)
+	}
+	return nil
+}
+
 func (c *container) stop() {
 	if c.cmd.Process != nil {
 		_ = c.cmd.Process.Kill()
