@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -75,5 +76,63 @@ func TestUnstageRightAfterCloseKeepsEveryFile(t *testing.T) {
 	}
 	if left, err := os.ReadDir(filepath.Join(e.Dir, "cache")); err != nil && !errors.Is(err, os.ErrNotExist) || len(left) != 0 {
 		t.Fatalf("cache dirs left after the last unstage: %v %v", left, err)
+	}
+}
+
+// TestUnstageKeepsCacheOfDeadWorker: a volume whose worker died with a file
+// not uploaded, and could not be mounted again (the storage is down), is
+// unstaged; its cache dir stays, and the next stage of the volume uploads
+// the file.
+func TestUnstageKeepsCacheOfDeadWorker(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("dead"); err != nil {
+		t.Fatal(err)
+	}
+	v := newVol(t, e, "vol-dead", "dead")
+	if err := v.stage(); err != nil {
+		t.Fatal(err)
+	}
+	target, err := v.publish("pod", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "kept.txt"), []byte("not lost"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.S3.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	killWorkers(t, v.id) // before the write-back delay: not uploaded
+	if err := v.unpublish(target); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "unstage of the volume with a dead worker", v.unstage)
+
+	entries, err := os.ReadDir(filepath.Join(e.Dir, "cache"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("the cache dir must stay: %v %v", entries, err)
+	}
+	if _, err := os.Stat(e.S3.Object("dead", "kept.txt")); err == nil {
+		t.Fatal("uploaded although the storage was down; the test proves nothing")
+	}
+
+	if err := e.S3.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.stage(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the next stage uploads the file left", func() error {
+		got, err := os.ReadFile(e.S3.Object("dead", "kept.txt"))
+		if err != nil || string(got) != "not lost" {
+			return fmt.Errorf("%q %v", got, err)
+		}
+		return nil
+	})
+	if err := v.unstage(); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(e.Dir, "cache")); len(entries) != 0 {
+		t.Fatalf("cache dir left after a clean unstage: %v", entries)
 	}
 }
