@@ -41,7 +41,7 @@ type stagedVolume struct {
 
 	// Guarded by nodeServer.mu.
 	rec       *state.Volume // targets included
-	proc      *worker.Process
+	proc      mountWorker
 	stopping  bool   // an unstage is stopping the worker: do not restart it
 	health    string // why the volume is not mounted now; "" when it is
 	recovered chan struct{}
@@ -52,17 +52,23 @@ type stagedVolume struct {
 type nodeServer struct {
 	csi.UnimplementedNodeServer
 	d     *Driver
-	m     *mounter.Mounter
+	m     mountTable
 	store *state.Store
 	locks *volumeLocks
 	uids  *uidpool.Pool // a worker uid per volume
+	// startWorker and chown are worker.Start and os.Lchown but in tests.
+	startWorker workerStarter
+	chown       chowner
 
 	mu      sync.Mutex
 	volumes map[string]*stagedVolume
 }
 
 func newNodeServer(d *Driver, store *state.Store, uids *uidpool.Pool) *nodeServer {
-	return &nodeServer{d: d, m: d.mounter, store: store, uids: uids, locks: newVolumeLocks(), volumes: map[string]*stagedVolume{}}
+	return &nodeServer{
+		d: d, m: d.mounter, store: store, uids: uids, locks: newVolumeLocks(), volumes: map[string]*stagedVolume{},
+		startWorker: startProcess, chown: os.Lchown,
+	}
 }
 
 func (s *nodeServer) get(id string) *stagedVolume {
@@ -323,17 +329,17 @@ func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Vo
 	// The volume's dir lets its worker's group through and nobody else;
 	// it is root's, so that no worker can swap the mount point for a
 	// symlink that the driver would then mount over.
-	if err := ownDir(v.volDir, 0, gid, 0o710); err != nil {
+	if err := s.ownDir(v.volDir, 0, gid, 0o710); err != nil {
 		return fmt.Errorf("mount dir: %w", err)
 	}
-	if err := ownDir(v.mountDir, 0, 0, 0o700); err != nil {
+	if err := s.ownDir(v.mountDir, 0, 0, 0o700); err != nil {
 		return fmt.Errorf("mount dir: %w", err)
 	}
 	newCache := false
 	if _, err := os.Stat(v.cacheDir); errors.Is(err, os.ErrNotExist) {
 		newCache = true
 	}
-	if err := ownDir(v.cacheDir, uid, gid, 0o700); err != nil {
+	if err := s.ownDir(v.cacheDir, uid, gid, 0o700); err != nil {
 		return fmt.Errorf("cache dir: %w", err)
 	}
 	defer func() {
@@ -343,7 +349,7 @@ func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Vo
 	}()
 	// Records from before workers had a uid each, or a changed range,
 	// leave the cache to another uid: it becomes this one's.
-	if err := chownTree(v.cacheDir, uid, gid); err != nil {
+	if err := s.chownTree(v.cacheDir, uid, gid); err != nil {
 		return fmt.Errorf("cache dir: %w", err)
 	}
 
@@ -351,7 +357,7 @@ func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Vo
 	defer cancel()
 	wopts := s.d.opts.Worker
 	wopts.UID, wopts.GID = uid, gid
-	proc, err := worker.Start(ctx, wopts, worker.Spec{
+	proc, err := s.startWorker(ctx, wopts, worker.Spec{
 		VolumeID: v.id, MountPoint: v.mountDir, CacheDir: v.cacheDir, Volume: *vol,
 	})
 	if err != nil {
@@ -388,7 +394,7 @@ func (s *nodeServer) unmountVolume(v *stagedVolume) error {
 
 // ownDir makes dir (not its parents) a directory of uid:gid with mode perm.
 // It follows no symlink: a symlink there fails the mount.
-func ownDir(dir string, uid, gid int, perm os.FileMode) error {
+func (s *nodeServer) ownDir(dir string, uid, gid int, perm os.FileMode) error {
 	if err := os.Mkdir(dir, perm); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
@@ -399,7 +405,7 @@ func ownDir(dir string, uid, gid int, perm os.FileMode) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("%s is not a directory", dir)
 	}
-	if err := os.Lchown(dir, uid, gid); err != nil {
+	if err := s.chown(dir, uid, gid); err != nil {
 		return err
 	}
 	return os.Chmod(dir, perm)
@@ -445,12 +451,12 @@ func (s *nodeServer) assignUIDs(vols []*stagedVolume) {
 }
 
 // chownTree gives a worker that does not run as root its cache dir.
-func chownTree(root string, uid, gid int) error {
+func (s *nodeServer) chownTree(root string, uid, gid int) error {
 	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		return os.Lchown(p, uid, gid)
+		return s.chown(p, uid, gid)
 	})
 }
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/csi-rclone/csi-rclone/pkg/mounter"
 	"github.com/csi-rclone/csi-rclone/pkg/state"
-	"github.com/csi-rclone/csi-rclone/pkg/worker"
 )
 
 // Backoff of a volume whose worker keeps dying or whose recovery keeps
@@ -229,14 +228,14 @@ func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
 
 // watch supervises v's worker proc (nil: none runs) in the background,
 // until v is unstaged or the driver shuts down.
-func (s *nodeServer) watch(v *stagedVolume, proc *worker.Process) {
+func (s *nodeServer) watch(v *stagedVolume, proc mountWorker) {
 	s.d.tasks.Go("supervise", func(ctx context.Context) { s.keepMounted(ctx, v, proc) })
 }
 
 // keepMounted waits until proc exits (proc nil: no worker runs) and mounts
 // v again, with backoff while that keeps failing, until v is unstaged or
 // ctx (the driver's) ends.
-func (s *nodeServer) keepMounted(ctx context.Context, v *stagedVolume, proc *worker.Process) {
+func (s *nodeServer) keepMounted(ctx context.Context, v *stagedVolume, proc mountWorker) {
 	if proc != nil {
 		select {
 		case <-proc.Done():
@@ -283,7 +282,7 @@ func (s *nodeServer) keepMounted(ctx context.Context, v *stagedVolume, proc *wor
 // is stopping it. It reports whether supervising proc is over: v is mounted
 // again (and a new supervisor watches it), is not ours to mount any more, or
 // the driver is shutting down. The caller holds v's lock; it is released.
-func (s *nodeServer) restoreIfCurrent(ctx context.Context, v *stagedVolume, proc *worker.Process) bool {
+func (s *nodeServer) restoreIfCurrent(ctx context.Context, v *stagedVolume, proc mountWorker) bool {
 	defer s.locks.release(v.id)
 	s.mu.Lock()
 	current := s.volumes[v.id] == v && v.proc == proc && !v.stopping
