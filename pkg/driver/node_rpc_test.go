@@ -36,7 +36,9 @@ const (
 	rox = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
 )
 
-func (f *fakeNode) stagingPath(id string) string { return filepath.Join(f.dir, "plugins", id, "globalmount") }
+func (f *fakeNode) stagingPath(id string) string {
+	return filepath.Join(f.dir, "plugins", id, "globalmount")
+}
 func (f *fakeNode) targetPath(pod, id string) string {
 	return filepath.Join(f.dir, "pods", pod, "volumes", id, "mount")
 }
@@ -90,9 +92,9 @@ func TestNodeRPCEdgeCases(t *testing.T) {
 			workers: 1, mounts: 2, recorded: true,
 		},
 		{
-			name:    "restage with another capability",
-			run:     func(t *testing.T, f *fakeNode) error { must(t, f.stage(ctx, "v", rwo)); return f.stage(ctx, "v", rox) },
-			code:    codes.AlreadyExists, msg: "another capability",
+			name: "restage with another capability",
+			run:  func(t *testing.T, f *fakeNode) error { must(t, f.stage(ctx, "v", rwo)); return f.stage(ctx, "v", rox) },
+			code: codes.AlreadyExists, msg: "another capability",
 			workers: 1, mounts: 2, recorded: true,
 		},
 		{
@@ -149,8 +151,12 @@ func TestNodeRPCEdgeCases(t *testing.T) {
 			code: codes.InvalidArgument,
 		},
 		{
-			name:    "publish twice, same setting",
-			run:     func(t *testing.T, f *fakeNode) error { must(t, f.stage(ctx, "v", rwo)); must(t, f.publish(ctx, "v", "a", false)); return f.publish(ctx, "v", "a", false) },
+			name: "publish twice, same setting",
+			run: func(t *testing.T, f *fakeNode) error {
+				must(t, f.stage(ctx, "v", rwo))
+				must(t, f.publish(ctx, "v", "a", false))
+				return f.publish(ctx, "v", "a", false)
+			},
 			workers: 1, mounts: 3, recorded: true,
 		},
 		{
@@ -204,8 +210,11 @@ func TestNodeRPCEdgeCases(t *testing.T) {
 			workers: -1, mounts: -1, recorded: true,
 		},
 		{
-			name:    "unpublish of an unknown target",
-			run:     func(t *testing.T, f *fakeNode) error { must(t, f.stage(ctx, "v", rwo)); return f.unpublish(ctx, "v", "nobody") },
+			name: "unpublish of an unknown target",
+			run: func(t *testing.T, f *fakeNode) error {
+				must(t, f.stage(ctx, "v", rwo))
+				return f.unpublish(ctx, "v", "nobody")
+			},
 			workers: 1, mounts: 2, recorded: true,
 		},
 		{
