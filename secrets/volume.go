@@ -33,12 +33,15 @@ const (
 	// KeySecretKey is a Fernet key that decrypts the overrides, as Renku's
 	// secrets carry it (the legacy mode; see SECURITY.md).
 	KeySecretKey = "secretKey"
+	// KeyCapacity is the volume's size (bytes or rclone size syntax), shown
+	// as the filesystem's size; the driver reads it, rclone does not.
+	KeyCapacity = "capacity"
 	// Placeholder stands for a value that an override in the secret gives.
 	Placeholder = "<sensitive>"
 )
 
 // reservedKeys are the keys that are not option overrides.
-var reservedKeys = []string{KeyRemote, KeyRemotePath, KeyRemotePathSuffix, KeyConfigData, KeyVFSOpt, KeyMountOpt, KeySecretKey}
+var reservedKeys = []string{KeyRemote, KeyRemotePath, KeyRemotePathSuffix, KeyConfigData, KeyVFSOpt, KeyMountOpt, KeySecretKey, KeyCapacity}
 
 // ErrInvalid marks every error caused by the tenant's input.
 var ErrInvalid = errors.New("invalid volume configuration")

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-rclone/csi-rclone/pkg/driver"
+	"github.com/csi-rclone/csi-rclone/pkg/provision"
 	"github.com/csi-rclone/csi-rclone/pkg/uidpool"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 )
@@ -25,6 +26,9 @@ var version = "dev"
 func main() {
 	if worker.IsWorkerInvocation(os.Args) {
 		worker.Main()
+	}
+	if provision.IsInvocation(os.Args) {
+		provision.Main()
 	}
 	if len(os.Args) > 1 && os.Args[1] == "version" {
 		fmt.Println(version)

@@ -2,19 +2,28 @@ package driver
 
 import (
 	"context"
+	"maps"
+	"path"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-rclone/csi-rclone/pkg/provision"
 
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
 
-// controllerServer provisions nothing on the storage: a volume is a view of
-// a remote described by its parameters and secret. CreateVolume records the
-// name and capacity so that a repeated call is idempotent and a conflicting
-// one is refused; it never deletes or creates data.
+// controllerServer serves two kinds of volumes. A whole-remote volume is a
+// view of a remote described by its parameters and secret: CreateVolume
+// records the name and capacity so that a repeated call is idempotent and a
+// conflicting one is refused, and touches no data. A directory volume (the
+// class sets subdirTemplate) is a directory that CreateVolume makes and
+// DeleteVolume treats by the class's onDelete; its state is in its id.
 type controllerServer struct {
 	csi.UnimplementedControllerServer
 	d       *Driver
@@ -35,7 +44,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 	}}}, nil
 }
 
-func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	name := req.GetName()
 	if name == "" {
 		return nil, status.Error(codes.InvalidArgument, "name is required")
@@ -50,10 +59,14 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 	if err != nil {
 		return nil, err
 	}
+	params := req.GetParameters()
+	if _, ok := params[provision.ParamSubdirTemplate]; ok {
+		return s.createDir(ctx, req, capacity)
+	}
 	// A provisioner secret, when the StorageClass names one, is checked now so
 	// that a bad config fails the PVC rather than the pod.
 	if _, has := req.GetSecrets()[secrets.KeyConfigData]; has {
-		if err := secrets.Check(req.GetSecrets(), req.GetParameters(), &s.d.opts.Policy); err != nil {
+		if err := secrets.Check(req.GetSecrets(), params, &s.d.opts.Policy); err != nil {
 			return nil, statusFor(err, "checking the provisioner secret")
 		}
 	}
@@ -70,9 +83,75 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csi.CreateVolume
 		}
 		return &csi.CreateVolumeResponse{Volume: v}, nil
 	}
-	v := &csi.Volume{VolumeId: name, CapacityBytes: capacity, VolumeContext: req.GetParameters()}
+	v := &csi.Volume{VolumeId: name, CapacityBytes: capacity, VolumeContext: withCapacity(params, capacity)}
 	s.volumes[name] = v
 	return &csi.CreateVolumeResponse{Volume: v}, nil
+}
+
+// createDir provisions a directory per volume: it expands the class's
+// subdirTemplate, makes the directory under the base path with the
+// provisioner secret's config (checked by the controller's tenant policy),
+// and returns an id that holds what DeleteVolume needs. Calling it again for
+// the same name gives the same id; mkdir of an existing directory succeeds.
+func (s *controllerServer) createDir(ctx context.Context, req *csi.CreateVolumeRequest, capacity int64) (*csi.CreateVolumeResponse, error) {
+	params := req.GetParameters()
+	subdir, err := provision.Expand(params[provision.ParamSubdirTemplate], params)
+	if err != nil {
+		return nil, statusFor(err, "CreateVolume")
+	}
+	onDelete, err := provision.ParseOnDelete(params[provision.ParamOnDelete])
+	if err != nil {
+		return nil, statusFor(err, "CreateVolume")
+	}
+	if _, ok := req.GetSecrets()[secrets.KeyRemotePathSuffix]; ok {
+		// The node would take it over the context's suffix, which holds the
+		// directory: the pod would see the base.
+		return nil, status.Errorf(codes.InvalidArgument, "with %s, the provisioner secret must not set %s", provision.ParamSubdirTemplate, secrets.KeyRemotePathSuffix)
+	}
+	pv := &provision.Volume{
+		Name:         req.GetName(),
+		Subdir:       subdir,
+		OnDelete:     onDelete,
+		PVCNamespace: params[provision.KeyPVCNamespace],
+		PVCName:      params[provision.KeyPVCName],
+	}
+	if !s.locks.tryAcquire(pv.Name) {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is in progress", pv.Name)
+	}
+	defer s.locks.release(pv.Name)
+
+	vol, err := secrets.Build(ctx, secrets.Source{Secret: req.GetSecrets(), VolumeContext: params, VolumeID: pv.Name},
+		&s.d.opts.Policy, s.d.opts.Decrypter)
+	if err != nil {
+		return nil, statusFor(err, "provisioner secret")
+	}
+	pv.Remote, pv.Base = vol.Remote, vol.Path
+	if err := provision.Run(ctx, s.provisionOptions(), provision.Request{Op: provision.OpMkdir, Volume: *vol, Dir: subdir}); err != nil {
+		return nil, statusFor(err, "making the volume's directory")
+	}
+	volCtx := withCapacity(params, capacity)
+	delete(volCtx, provision.ParamSubdirTemplate)
+	delete(volCtx, provision.ParamOnDelete)
+	volCtx[secrets.KeyRemotePathSuffix] = path.Join(params[secrets.KeyRemotePathSuffix], subdir)
+	klog.InfoS("volume directory made", "name", pv.Name, "remote", vol.Remote, "path", pv.Path(), "onDelete", onDelete)
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: pv.ID(), CapacityBytes: capacity, VolumeContext: volCtx}}, nil
+}
+
+// withCapacity copies params and records a known capacity in the volume
+// context, so that the node shows it as the filesystem's size.
+func withCapacity(params map[string]string, capacity int64) map[string]string {
+	out := maps.Clone(params)
+	if out == nil {
+		out = map[string]string{}
+	}
+	if _, set := out[KeyCapacity]; !set && capacity > 0 {
+		out[KeyCapacity] = strconv.FormatInt(capacity, 10)
+	}
+	return out
+}
+
+func (s *controllerServer) provisionOptions() provision.Options {
+	return provision.Options{Binary: s.d.opts.Worker.Binary, UID: s.d.opts.Worker.UID, GID: s.d.opts.Worker.GID}
 }
 
 // capacityOf picks the capacity reported for a volume. Remotes have no size;
@@ -91,7 +170,7 @@ func capacityOf(r *csi.CapacityRange) (int64, error) {
 	return lim, nil
 }
 
-func (s *controllerServer) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
@@ -100,10 +179,55 @@ func (s *controllerServer) DeleteVolume(_ context.Context, req *csi.DeleteVolume
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is in progress", id)
 	}
 	defer s.locks.release(id)
+	if provision.IsProvisionedID(id) {
+		if err := s.deleteDir(ctx, id, req.GetSecrets()); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	delete(s.volumes, id)
 	s.mu.Unlock()
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// deleteDir applies the onDelete policy the id records: retain does nothing,
+// delete purges the directory, archive renames it. A directory gone already
+// is success, so a repeated call succeeds.
+func (s *controllerServer) deleteDir(ctx context.Context, id string, secret map[string]string) error {
+	pv, err := provision.ParseID(id)
+	if err != nil {
+		return statusFor(err, "DeleteVolume")
+	}
+	if pv.OnDelete == provision.Retain {
+		klog.InfoS("volume directory retained", "name", pv.Name, "remote", pv.Remote, "path", pv.Path())
+		return nil
+	}
+	volCtx := map[string]string{
+		secrets.KeyRemote:        pv.Remote,
+		provision.KeyPVCNamespace: pv.PVCNamespace,
+		provision.KeyPVCName:      pv.PVCName,
+	}
+	vol, err := secrets.Build(ctx, secrets.Source{Secret: secret, VolumeContext: volCtx, VolumeID: pv.Name},
+		&s.d.opts.Policy, s.d.opts.Decrypter)
+	if err != nil {
+		return statusFor(err, "provisioner secret")
+	}
+	// The id names the place: a secret that names another remote or path
+	// must not turn the delete elsewhere.
+	if _, ok := vol.Config[pv.Remote]; !ok {
+		return status.Errorf(codes.InvalidArgument, "the provisioner secret has no section %q that volume %s was made in", pv.Remote, pv.Name)
+	}
+	vol.Remote, vol.Path = pv.Remote, pv.Base
+	req := provision.Request{Op: provision.OpPurge, Volume: *vol, Dir: pv.Subdir}
+	if pv.OnDelete == provision.Archive {
+		req.Op, req.To = provision.OpArchive, provision.ArchiveName(pv.Subdir, time.Now())
+	}
+	if err := provision.Run(ctx, s.provisionOptions(), req); err != nil {
+		return statusFor(err, "deleting the volume's directory")
+	}
+	klog.InfoS("volume directory "+map[string]string{provision.OpPurge: "deleted", provision.OpArchive: "archived"}[req.Op],
+		"name", pv.Name, "remote", pv.Remote, "path", pv.Path(), "to", req.To)
+	return nil
 }
 
 func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
@@ -117,6 +241,9 @@ func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *cs
 	s.mu.Lock()
 	_, known := s.volumes[id]
 	s.mu.Unlock()
+	if _, err := provision.ParseID(id); err == nil {
+		known = true // its directory's state is in the id, not in memory
+	}
 	if !known {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
 	}

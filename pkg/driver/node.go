@@ -273,7 +273,7 @@ func (s *nodeServer) build(ctx context.Context, v *stagedVolume) (*secrets.Volum
 	if err != nil {
 		return nil, err
 	}
-	return vol, s.applyOptions(vol, v.readOnly, v.rec.MountGroup)
+	return vol, s.applyOptions(vol, v.readOnly, v.rec.MountGroup, capacityKey(v.rec.Secret, v.rec.Context))
 }
 
 // start builds the config and mounts it.
@@ -462,12 +462,20 @@ func (s *nodeServer) chownTree(root string, uid, gid int) error {
 
 // applyOptions lays the driver's defaults under the tenant's options and the
 // request's demands (read-only access mode, volume mount group) over them.
-func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup string) error {
+// A known capacity is the filesystem's size in statfs (rclone's own option).
+func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup, capacity string) error {
 	vfs := map[string]string{
 		"vfs_cache_mode": "writes", // lets ordinary programs write (seek, rewrite)
 		"uid":            strconv.Itoa(s.d.opts.DefaultUID),
 		"gid":            strconv.Itoa(s.d.opts.DefaultGID),
 		"umask":          "0002", // group-writable, so that fsGroup members write
+	}
+	if capacity != "" {
+		n, err := parseCapacity(capacity)
+		if err != nil {
+			return err
+		}
+		vfs["vfs_disk_space_total_size"] = strconv.FormatInt(n, 10) + "B"
 	}
 	maps.Copy(vfs, vol.VFSOpt)
 	if readOnly {

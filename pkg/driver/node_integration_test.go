@@ -17,17 +17,22 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/csi-rclone/csi-rclone/pkg/driver"
+	"github.com/csi-rclone/csi-rclone/pkg/provision"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/test/harness"
 )
 
-// TestMain lets this test binary serve as the driver's mount worker.
+// TestMain lets this test binary serve as the driver's mount worker and
+// provisioning child.
 func TestMain(m *testing.M) {
 	if worker.IsWorkerInvocation(os.Args) {
 		worker.Main()
 	}
 	if os.Getenv(probeEnv) != "" {
 		probeMain()
+	}
+	if provision.IsInvocation(os.Args) {
+		provision.Main()
 	}
 	os.Exit(m.Run())
 }

@@ -14,14 +14,19 @@ import (
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	yaml "gopkg.in/yaml.v2"
 
+	"github.com/csi-rclone/csi-rclone/pkg/provision"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/test/harness"
 )
 
-// TestMain lets this test binary serve as the driver's mount worker.
+// TestMain lets this test binary serve as the driver's mount worker and
+// provisioning child.
 func TestMain(m *testing.M) {
 	if worker.IsWorkerInvocation(os.Args) {
 		worker.Main()
+	}
+	if provision.IsInvocation(os.Args) {
+		provision.Main()
 	}
 	os.Exit(m.Run())
 }
