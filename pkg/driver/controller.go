@@ -203,7 +203,7 @@ func (s *controllerServer) deleteDir(ctx context.Context, id string, secret map[
 		return nil
 	}
 	volCtx := map[string]string{
-		secrets.KeyRemote:        pv.Remote,
+		secrets.KeyRemote:         pv.Remote,
 		provision.KeyPVCNamespace: pv.PVCNamespace,
 		provision.KeyPVCName:      pv.PVCName,
 	}
