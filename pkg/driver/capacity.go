@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/rclone/rclone/fs"
 
@@ -32,8 +33,10 @@ func parseCapacity(s string) (int64, error) {
 		}
 		return n, nil
 	}
+	// Without a unit rclone would read KiB: "1.5" or "1e3" say nothing clear.
+	unitless := s == "" || strings.ContainsRune("0123456789.", rune(s[len(s)-1]))
 	var size fs.SizeSuffix
-	if err := size.Set(s); err != nil || size <= 0 {
+	if err := size.Set(s); unitless || err != nil || size <= 0 {
 		return 0, fmt.Errorf("%w: %s %q is neither bytes nor a size such as 10Gi", secrets.ErrInvalid, KeyCapacity, s)
 	}
 	return int64(size), nil

@@ -101,5 +101,5 @@ func statusFor(err error, format string) error {
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	}
-	return status.Errorf(code, format+": %v", err)
+	return status.Error(code, userMessage(format, err))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"time"
 
 	"github.com/rclone/rclone/fs"
@@ -121,7 +122,7 @@ func do(ctx context.Context, req *Request) error {
 		return nil // deleted or archived by an earlier call
 	}
 	if err != nil {
-		return worker.Classify(fmt.Errorf("%s %s: %w", req.Op, req.Dir, err))
+		return worker.Classify(fmt.Errorf("%s %s: %w", req.Op, path.Join(req.Volume.FsString(), req.Dir), err))
 	}
 	return nil
 }
