@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -29,6 +30,9 @@ type chartCase struct {
 	// secret service client: "" when none is configured
 	endpoint, audience, caKey string
 	server                    bool
+	// provisionerSecrets: the namespaces in which csi-provisioner may get
+	// Secrets; ["*"] for all; nil for none
+	provisionerSecrets []string
 }
 
 var cases = []chartCase{
@@ -99,6 +103,48 @@ secretService:
 		audience:   "csi-rclone-secret-service",
 		caKey:      "ca.crt",
 	},
+	{
+		// A directory per PVC with the provisioner secret in the PVC's
+		// namespace: csi-provisioner gets Secrets in every namespace.
+		name:               "provisioner-secrets-cluster",
+		values:             readFile("examples/platform/values.yml"),
+		driverName:         "csi-rclone",
+		kubeletDir:         "/var/lib/kubelet",
+		stateDir:           "/run/csi-rclone/csi-rclone",
+		cacheDir:           "/var/lib/csi-rclone/csi-rclone/cache",
+		provisionerSecrets: []string{"*"},
+	},
+	{
+		// ... or in the listed namespaces only.
+		name: "provisioner-secrets-namespaces",
+		values: `
+controller:
+  provisionerSecrets: {enabled: true, namespaces: [storage, team-a]}
+storageClasses:
+  - name: rclone-dirs
+    parameters:
+      remotePath: bucket/homes
+      subdirTemplate: "${pvc.namespace}/${pvc.name}"
+      onDelete: archive
+      csi.storage.k8s.io/provisioner-secret-name: rclone-provisioner
+      csi.storage.k8s.io/provisioner-secret-namespace: storage
+      csi.storage.k8s.io/node-stage-secret-name: rclone-provisioner
+      csi.storage.k8s.io/node-stage-secret-namespace: storage
+`,
+		driverName:         "csi-rclone",
+		kubeletDir:         "/var/lib/kubelet",
+		stateDir:           "/run/csi-rclone/csi-rclone",
+		cacheDir:           "/var/lib/csi-rclone/csi-rclone/cache",
+		provisionerSecrets: []string{"storage", "team-a"},
+	},
+}
+
+func readFile(name string) string {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
 
 func render(t *testing.T, values string) map[string]string {
@@ -118,7 +164,7 @@ func TestChart(t *testing.T) {
 			checkNode(t, o, c)
 			checkController(t, o, c)
 			checkPropagation(t, o)
-			checkRBAC(t, o)
+			checkRBAC(t, o, c)
 			checkResources(t, o)
 			checkImages(t, o)
 			checkSecretService(t, o, c)
@@ -151,7 +197,7 @@ func checkDriverName(t *testing.T, o *objects, c chartCase) {
 			t.Errorf("StorageClass %s: provisioner %q, want %q", sc.Name, sc.Provisioner, c.driverName)
 		}
 		for k := range sc.Parameters {
-			if strings.HasPrefix(k, "csi.storage.k8s.io/provisioner-secret") || strings.HasPrefix(k, "csi.storage.k8s.io/controller-") {
+			if (strings.HasPrefix(k, "csi.storage.k8s.io/provisioner-secret") && c.provisionerSecrets == nil) || strings.HasPrefix(k, "csi.storage.k8s.io/controller-") {
 				t.Errorf("StorageClass %s: %s needs csi-provisioner to read Secrets", sc.Name, k)
 			}
 		}
@@ -327,9 +373,12 @@ func checkPropagation(t *testing.T, o *objects) {
 	}
 }
 
-// No Role or ClusterRole touches Secrets, or anything through a wildcard.
-func checkRBAC(t *testing.T, o *objects) {
-	check := func(kind, name string, rules []rbacv1.PolicyRule) {
+// No Role or ClusterRole touches Secrets, or anything through a wildcard;
+// except, when provisioner secrets are enabled, one rule "get secrets" for
+// csi-provisioner's ServiceAccount alone, in the namespaces asked for.
+func checkRBAC(t *testing.T, o *objects, c chartCase) {
+	var secretRoles []string // namespaces of the rules on Secrets; "*" for a ClusterRole
+	check := func(kind, name, namespace string, rules []rbacv1.PolicyRule) {
 		for _, r := range rules {
 			for _, s := range [][]string{r.Resources, r.Verbs, r.APIGroups} {
 				if slices.Contains(s, "*") {
@@ -337,7 +386,11 @@ func checkRBAC(t *testing.T, o *objects) {
 				}
 			}
 			if slices.ContainsFunc(r.Resources, func(res string) bool { return strings.HasPrefix(res, "secrets") }) {
-				t.Errorf("%s %s: a rule on Secrets: %+v", kind, name, r)
+				if c.provisionerSecrets == nil || name != "csi-rclone-provisioner-secrets" || len(rules) != 1 ||
+					!slices.Equal(r.Resources, []string{"secrets"}) || !slices.Equal(r.Verbs, []string{"get"}) || len(r.ResourceNames) != 0 {
+					t.Errorf("%s %s: a rule on Secrets: %+v", kind, name, r)
+				}
+				secretRoles = append(secretRoles, namespace)
 			}
 			if slices.Contains(r.Resources, "volumeattachments") {
 				t.Errorf("%s %s: VolumeAttachments, not needed with attachRequired false", kind, name)
@@ -345,13 +398,32 @@ func checkRBAC(t *testing.T, o *objects) {
 		}
 	}
 	for _, r := range o.clusterRoles {
-		check("ClusterRole", r.Name, r.Rules)
+		check("ClusterRole", r.Name, "*", r.Rules)
 		if r.AggregationRule != nil {
 			t.Errorf("ClusterRole %s aggregates", r.Name)
 		}
 	}
 	for _, r := range o.roles {
-		check("Role", r.Name, r.Rules)
+		check("Role", r.Name, r.Namespace, r.Rules)
+	}
+	slices.Sort(secretRoles)
+	if !slices.Equal(secretRoles, c.provisionerSecrets) {
+		t.Errorf("rules on Secrets in %v, want %v", secretRoles, c.provisionerSecrets)
+	}
+	// The Secrets roles are bound to the controller's ServiceAccount only.
+	checkSubjects := func(kind, name string, ref rbacv1.RoleRef, subjects []rbacv1.Subject) {
+		if ref.Name != "csi-rclone-provisioner-secrets" {
+			return
+		}
+		if len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" || subjects[0].Name != "csi-rclone-controller" {
+			t.Errorf("%s %s binds the Secrets role to %+v", kind, name, subjects)
+		}
+	}
+	for _, b := range o.clusterBindings {
+		checkSubjects("ClusterRoleBinding", b.Name, b.RoleRef, b.Subjects)
+	}
+	for _, b := range o.bindings {
+		checkSubjects("RoleBinding", b.Name, b.RoleRef, b.Subjects)
 	}
 }
 
@@ -518,6 +590,11 @@ func TestChartRefuses(t *testing.T) {
 storageClasses:
   - name: x
     parameters: {csi.storage.k8s.io/provisioner-secret-name: s}`,
+		"controller secret even with provisioner secrets": `
+controller: {provisionerSecrets: {enabled: true}}
+storageClasses:
+  - name: x
+    parameters: {csi.storage.k8s.io/controller-expand-secret-name: s}`,
 		"relative kubelet dir": "kubeletDir: var/lib/kubelet",
 		"bad driver name":      "driverName: CSI_rclone",
 		"two CA sources":       "secretService: {endpoint: grpcs://x:1, ca: {configMap: a, secret: b}}",

@@ -23,10 +23,10 @@ func capacityKey(secret, volumeContext map[string]string) string {
 	return volumeContext[KeyCapacity]
 }
 
-// parseCapacity reads plain bytes ("10737418240", as CreateVolume writes
+// ParseCapacity reads plain bytes ("10737418240", as CreateVolume writes
 // it) or rclone size syntax ("10Gi", "512M"). rclone alone would read a bare
 // number as KiB.
-func parseCapacity(s string) (int64, error) {
+func ParseCapacity(s string) (int64, error) {
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		if n <= 0 {
 			return 0, fmt.Errorf("%w: %s must be positive", secrets.ErrInvalid, KeyCapacity)

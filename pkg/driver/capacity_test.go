@@ -17,13 +17,13 @@ func TestParseCapacity(t *testing.T) {
 		"1.5T":        3 << 39,
 		"100B":        100,
 	} {
-		if got, err := parseCapacity(in); err != nil || got != want {
-			t.Errorf("parseCapacity(%q) = %d, %v; want %d", in, got, err, want)
+		if got, err := ParseCapacity(in); err != nil || got != want {
+			t.Errorf("ParseCapacity(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"0", "-1", "off", "ten", "10X", "", "1e3"} {
-		if _, err := parseCapacity(in); !errors.Is(err, secrets.ErrInvalid) {
-			t.Errorf("parseCapacity(%q) = %v; want invalid", in, err)
+		if _, err := ParseCapacity(in); !errors.Is(err, secrets.ErrInvalid) {
+			t.Errorf("ParseCapacity(%q) = %v; want invalid", in, err)
 		}
 	}
 }

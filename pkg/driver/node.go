@@ -471,7 +471,7 @@ func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup
 		"umask":          "0002", // group-writable, so that fsGroup members write
 	}
 	if capacity != "" {
-		n, err := parseCapacity(capacity)
+		n, err := ParseCapacity(capacity)
 		if err != nil {
 			return err
 		}

@@ -22,7 +22,8 @@ import (
 type Options struct {
 	// Binary is the csi-rclone executable; empty means this process's own.
 	Binary string
-	// UID and GID the child runs as; non-zero drops root, as for workers.
+	// UID and GID the child runs as when the controller is root; non-zero
+	// drops root, as for workers.
 	UID, GID int
 	// Timeout bounds one operation; zero means DefaultTimeout.
 	Timeout time.Duration
@@ -60,7 +61,9 @@ func Run(ctx context.Context, opts Options, req Request) error {
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/nonexistent"}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if opts.UID != 0 || opts.GID != 0 {
+	// Only root can switch; an unprivileged controller (the chart runs it as
+	// 65532) already gives the child no privilege to drop.
+	if (opts.UID != 0 || opts.GID != 0) && os.Geteuid() == 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(opts.UID), Gid: uint32(opts.GID), Groups: []uint32{}}
 	}
 	cmd.WaitDelay = time.Second
