@@ -7,6 +7,7 @@ import (
 
 	"github.com/rclone/rclone/fs"
 
+	"github.com/csi-rclone/csi-rclone/pkg/provision"
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
 
@@ -14,13 +15,45 @@ import (
 // CreateVolume puts the PVC's requested size there.
 const KeyCapacity = secrets.KeyCapacity
 
-// capacityKey reads the capacity as secrets.Build reads any key: the secret
-// wins over the volume context.
-func capacityKey(secret, volumeContext map[string]string) string {
-	if v, ok := secret[KeyCapacity]; ok {
-		return v
+// volumeSize is what the node knows of a volume's size.
+type volumeSize struct {
+	// capacity is the KeyCapacity value; "" when unknown.
+	capacity string
+	// countUsed: the volume is a directory of its own (a provisioned one),
+	// so what it holds is its used space.
+	countUsed bool
+}
+
+// sizeOf reads the capacity as secrets.Build reads any key (the secret wins
+// over the volume context).
+func sizeOf(volumeID string, secret, volumeContext map[string]string) volumeSize {
+	c, ok := secret[KeyCapacity]
+	if !ok {
+		c = volumeContext[KeyCapacity]
 	}
-	return volumeContext[KeyCapacity]
+	return volumeSize{capacity: c, countUsed: provision.IsProvisionedID(volumeID)}
+}
+
+// vfsDefaults are rclone's VFS options that make statfs show the size:
+// vfs_disk_space_total_size is the total. rclone then takes used and free
+// from the backend's About where it has one (free is then the remote's, or
+// total minus used), else reports used 0 and free = total. For a directory
+// volume, vfs_used_is_size counts the bytes under the directory instead
+// (one listing per dir_cache_time), so free is total minus what the PVC
+// holds on any backend. A tenant's own vfsOpt wins over both.
+func (z volumeSize) vfsDefaults() (map[string]string, error) {
+	if z.capacity == "" {
+		return nil, nil
+	}
+	n, err := ParseCapacity(z.capacity)
+	if err != nil {
+		return nil, err
+	}
+	opts := map[string]string{"vfs_disk_space_total_size": strconv.FormatInt(n, 10) + "B"}
+	if z.countUsed {
+		opts["vfs_used_is_size"] = "true"
+	}
+	return opts, nil
 }
 
 // ParseCapacity reads plain bytes ("10737418240", as CreateVolume writes

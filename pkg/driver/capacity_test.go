@@ -2,8 +2,10 @@ package driver
 
 import (
 	"errors"
+	"maps"
 	"testing"
 
+	"github.com/csi-rclone/csi-rclone/pkg/provision"
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
 
@@ -30,28 +32,34 @@ func TestParseCapacity(t *testing.T) {
 
 func TestApplyOptionsCapacity(t *testing.T) {
 	s := &nodeServer{d: &Driver{opts: Options{DefaultUID: 1000, DefaultGID: 1000}}}
+	dirID := (&provision.Volume{Name: "pvc-1", Remote: "r", Subdir: "d"}).ID()
 	for _, tc := range []struct {
-		name, capacity, tenant, want string
+		name, id          string
+		secret, context   map[string]string
+		tenant            map[string]string
+		wantTotal, wantIs string
 	}{
-		{"from CreateVolume", "3221225472", "", "3221225472B"},
-		{"size syntax", "2Gi", "", "2147483648B"},
-		{"the tenant's own value wins", "2Gi", "5G", "5G"},
-		{"unknown", "", "", ""},
+		{name: "from CreateVolume", id: "v", context: map[string]string{"capacity": "3221225472"}, wantTotal: "3221225472B"},
+		{name: "size syntax in the secret", id: "v", secret: map[string]string{"capacity": "2Gi"}, context: map[string]string{"capacity": "1"}, wantTotal: "2147483648B"},
+		{name: "a directory volume counts its bytes", id: dirID, context: map[string]string{"capacity": "1Gi"}, wantTotal: "1073741824B", wantIs: "true"},
+		{name: "the tenant's own values win", id: dirID, context: map[string]string{"capacity": "2Gi"},
+			tenant: map[string]string{"vfs_disk_space_total_size": "5G", "vfs_used_is_size": "false"}, wantTotal: "5G", wantIs: "false"},
+		{name: "unknown", id: dirID},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			vol := &secrets.Volume{VFSOpt: map[string]string{}}
-			if tc.tenant != "" {
-				vol.VFSOpt["vfs_disk_space_total_size"] = tc.tenant
-			}
-			if err := s.applyOptions(vol, false, "", tc.capacity); err != nil {
+			vol := &secrets.Volume{VFSOpt: maps.Clone(tc.tenant)}
+			if err := s.applyOptions(vol, false, "", sizeOf(tc.id, tc.secret, tc.context)); err != nil {
 				t.Fatal(err)
 			}
-			if got := vol.VFSOpt["vfs_disk_space_total_size"]; got != tc.want {
-				t.Errorf("vfs_disk_space_total_size = %q, want %q", got, tc.want)
+			if got := vol.VFSOpt["vfs_disk_space_total_size"]; got != tc.wantTotal {
+				t.Errorf("vfs_disk_space_total_size = %q, want %q", got, tc.wantTotal)
+			}
+			if got := vol.VFSOpt["vfs_used_is_size"]; got != tc.wantIs {
+				t.Errorf("vfs_used_is_size = %q, want %q", got, tc.wantIs)
 			}
 		})
 	}
-	if err := s.applyOptions(&secrets.Volume{}, false, "", "lots"); !errors.Is(err, secrets.ErrInvalid) {
+	if err := s.applyOptions(&secrets.Volume{}, false, "", volumeSize{capacity: "lots"}); !errors.Is(err, secrets.ErrInvalid) {
 		t.Errorf("a bad capacity: %v", err)
 	}
 }

@@ -273,7 +273,7 @@ func (s *nodeServer) build(ctx context.Context, v *stagedVolume) (*secrets.Volum
 	if err != nil {
 		return nil, err
 	}
-	return vol, s.applyOptions(vol, v.readOnly, v.rec.MountGroup, capacityKey(v.rec.Secret, v.rec.Context))
+	return vol, s.applyOptions(vol, v.readOnly, v.rec.MountGroup, sizeOf(v.id, v.rec.Secret, v.rec.Context))
 }
 
 // start builds the config and mounts it.
@@ -462,21 +462,19 @@ func (s *nodeServer) chownTree(root string, uid, gid int) error {
 
 // applyOptions lays the driver's defaults under the tenant's options and the
 // request's demands (read-only access mode, volume mount group) over them.
-// A known capacity is the filesystem's size in statfs (rclone's own option).
-func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup, capacity string) error {
+// A known capacity is the filesystem's size in statfs (see volumeSize).
+func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup string, size volumeSize) error {
 	vfs := map[string]string{
 		"vfs_cache_mode": "writes", // lets ordinary programs write (seek, rewrite)
 		"uid":            strconv.Itoa(s.d.opts.DefaultUID),
 		"gid":            strconv.Itoa(s.d.opts.DefaultGID),
 		"umask":          "0002", // group-writable, so that fsGroup members write
 	}
-	if capacity != "" {
-		n, err := ParseCapacity(capacity)
-		if err != nil {
-			return err
-		}
-		vfs["vfs_disk_space_total_size"] = strconv.FormatInt(n, 10) + "B"
+	sizeOpts, err := size.vfsDefaults()
+	if err != nil {
+		return err
 	}
+	maps.Copy(vfs, sizeOpts)
 	maps.Copy(vfs, vol.VFSOpt)
 	if readOnly {
 		vfs["read_only"] = "true"

@@ -87,7 +87,12 @@ func TestDirectoryPerVolume(t *testing.T) {
 		t.Fatalf("CreateVolume again: %v, id %q; want %q", err, again.GetVolumeId(), v.GetVolumeId())
 	}
 
-	// The node mounts the directory, not the base, and shows the PVC's size.
+	// The node mounts the directory, not the base, and shows the PVC's size,
+	// less what the directory holds.
+	const seed = 1 << 20
+	if err := os.WriteFile(filepath.Join(dir, "seed"), make([]byte, seed), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	vol := newVol(t, e, v.GetVolumeId(), provBucket+"/team")
 	vol.context = v.GetVolumeContext()
 	vol.mustStage()
@@ -102,12 +107,15 @@ func TestDirectoryPerVolume(t *testing.T) {
 	if total := int64(st.Blocks) * int64(st.Bsize); total != 3<<30 {
 		t.Errorf("statfs total = %d bytes, want the capacity %d", total, int64(3<<30))
 	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free != 3<<30-seed {
+		t.Errorf("statfs free = %d bytes, want the capacity less the directory's %d bytes", free, seed)
+	}
 	stats, err := e.Node.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: vol.id, VolumePath: target})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := stats.GetUsage()[0].GetTotal(); got != 3<<30 {
-		t.Errorf("NodeGetVolumeStats total = %d, want %d", got, int64(3<<30))
+	if u := stats.GetUsage()[0]; u.GetTotal() != 3<<30 || u.GetUsed() != seed {
+		t.Errorf("NodeGetVolumeStats total %d used %d, want %d and %d", u.GetTotal(), u.GetUsed(), int64(3<<30), seed)
 	}
 	if err := vol.unpublish(target); err != nil {
 		t.Fatal(err)
@@ -230,4 +238,33 @@ func TestDirectoryRefusals(t *testing.T) {
 	if strings.Contains(fmt.Sprint(err), harness.SecretAccessKey) {
 		t.Errorf("error quotes the key: %v", err)
 	}
+}
+
+// A static volume with a capacity attribute shows it as its size.
+func TestCapacityInStatfs(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("sized"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, capacity string
+		want           int64
+	}{{"bytes", "5368709120", 5 << 30}, {"size syntax", "20Gi", 20 << 30}} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newVol(t, e, "vol-sized-"+strings.ReplaceAll(tc.name, " ", "-"), "sized")
+			v.context = map[string]string{"capacity": tc.capacity}
+			v.mustStage()
+			target := v.mustPublish("pod-"+v.id, false)
+			var st unix.Statfs_t
+			if err := unix.Statfs(target, &st); err != nil {
+				t.Fatal(err)
+			}
+			if total := int64(st.Blocks) * int64(st.Bsize); total != tc.want {
+				t.Errorf("statfs total = %d, want %d", total, tc.want)
+			}
+		})
+	}
+	v := newVol(t, e, "vol-sized-bad", "sized")
+	v.context = map[string]string{"capacity": "lots"}
+	wantCode(t, v.stage(), codes.InvalidArgument)
 }
