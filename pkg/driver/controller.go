@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"path"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-rclone/csi-rclone/pkg/provision"
+	"github.com/csi-rclone/csi-rclone/pkg/worker"
 
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
@@ -126,7 +128,7 @@ func (s *controllerServer) createDir(ctx context.Context, req *csi.CreateVolumeR
 		return nil, statusFor(err, "provisioner secret")
 	}
 	pv.Remote, pv.Base = vol.Remote, vol.Path
-	if err := provision.Run(ctx, s.provisionOptions(), provision.Request{Op: provision.OpMkdir, Volume: *vol, Dir: subdir}); err != nil {
+	if err := s.runProvision(ctx, pv.Name, provision.Request{Op: provision.OpMkdir, Volume: *vol, Dir: subdir}); err != nil {
 		return nil, statusFor(err, "making the volume's directory")
 	}
 	volCtx := withCapacity(params, capacity)
@@ -150,8 +152,23 @@ func withCapacity(params map[string]string, capacity int64) map[string]string {
 	return out
 }
 
-func (s *controllerServer) provisionOptions() provision.Options {
-	return provision.Options{Binary: s.d.opts.Worker.Binary, UID: s.d.opts.Worker.UID, GID: s.d.opts.Worker.GID}
+// runProvision runs req in a provision-worker child. A root controller runs
+// it as a worker uid: one of the node's pool, held for the call, when this
+// process is the node plugin too; else the range's last (the node takes
+// the lowest free ones first).
+func (s *controllerServer) runProvision(ctx context.Context, name string, req provision.Request) error {
+	uid := s.d.opts.WorkerUIDs.Last
+	if s.d.node != nil {
+		key := "provision:" + name
+		var err error
+		if uid, err = s.d.node.uids.Allocate(key); err != nil {
+			return fmt.Errorf("%w: %w", worker.ErrUnavailable, err)
+		}
+		defer s.d.node.uids.Release(key)
+	}
+	return provision.Run(ctx, provision.Options{
+		Binary: s.d.opts.Worker.Binary, UID: uid, GID: uid, MemoryLimit: s.d.opts.Worker.MemoryLimit,
+	}, req)
 }
 
 // capacityOf picks the capacity reported for a volume. Remotes have no size;
@@ -222,7 +239,7 @@ func (s *controllerServer) deleteDir(ctx context.Context, id string, secret map[
 	if pv.OnDelete == provision.Archive {
 		req.Op, req.To = provision.OpArchive, provision.ArchiveName(pv.Subdir, time.Now())
 	}
-	if err := provision.Run(ctx, s.provisionOptions(), req); err != nil {
+	if err := s.runProvision(ctx, pv.Name, req); err != nil {
 		return statusFor(err, "deleting the volume's directory")
 	}
 	klog.InfoS("volume directory "+map[string]string{provision.OpPurge: "deleted", provision.OpArchive: "archived"}[req.Op],

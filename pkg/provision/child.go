@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path"
 	"time"
@@ -13,7 +15,10 @@ import (
 	"github.com/rclone/rclone/fs"
 	"github.com/rclone/rclone/fs/config"
 	"github.com/rclone/rclone/fs/operations"
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
+	"github.com/csi-rclone/csi-rclone/pkg/sandbox"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
@@ -56,10 +61,41 @@ type answer struct {
 
 // Main runs a child in this process and exits. The csi-rclone binary calls
 // it when its first argument is Arg; test binaries call it from TestMain.
+//
+// Before it reads the request, the child confines itself as a mount worker
+// does (pkg/sandbox): its scratch dir is the one place it may write.
 func Main() {
+	fl := flag.NewFlagSet(Arg, flag.ContinueOnError)
+	scratch := fl.String("scratch-dir", "", "the one dir the child may write")
+	memoryLimit := fl.Int64("memory-limit", 0, "data segment limit in bytes (RLIMIT_DATA); 0: none")
+	if err := fl.Parse(os.Args[2:]); err != nil || *scratch == "" {
+		fmt.Fprintln(os.Stderr, "provision-worker: this command is started by the driver")
+		os.Exit(2)
+	}
 	// The answer goes to the real stdout; anything rclone prints goes to stderr.
 	out := os.Stdout
 	os.Stdout = os.Stderr
+	fail := func(err error) {
+		_ = json.NewEncoder(out).Encode(answer{Kind: worker.KindOf(err), Message: "provision-worker: " + err.Error()})
+		os.Exit(1)
+	}
+	// The sandbox lets the cgo resolver read no NSS modules.
+	net.DefaultResolver.PreferGo = true
+	if *memoryLimit > 0 {
+		lim := uint64(*memoryLimit)
+		if err := unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: lim, Max: lim}); err != nil {
+			fail(fmt.Errorf("limiting memory: %w", err))
+		}
+	}
+	res, err := sandbox.Confine(sandbox.Options{CacheDir: *scratch})
+	if err != nil {
+		fail(err)
+	}
+	klog.InfoS("provision-worker confined", "uid", os.Getuid(), "landlockABI", res.LandlockABI, "boundingSetDropped", res.BoundingSetDropped)
+	klog.Flush()
+	if err := config.SetCacheDir(*scratch); err != nil {
+		fail(err)
+	}
 	ans := serve(context.Background(), os.Stdin)
 	_ = json.NewEncoder(out).Encode(ans)
 	if !ans.OK {

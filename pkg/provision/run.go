@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -22,9 +23,12 @@ import (
 type Options struct {
 	// Binary is the csi-rclone executable; empty means this process's own.
 	Binary string
-	// UID and GID the child runs as when the controller is root; non-zero
-	// drops root, as for workers.
+	// UID and GID the child runs as when the controller is root: a worker
+	// uid (pkg/uidpool), never root's. An unprivileged controller (the chart
+	// runs it as 65532) cannot switch, and its child runs as itself.
 	UID, GID int
+	// MemoryLimit bounds the child's data segment as a worker's; 0: none.
+	MemoryLimit int64
 	// Timeout bounds one operation; zero means DefaultTimeout.
 	Timeout time.Duration
 }
@@ -34,8 +38,9 @@ type Options struct {
 const DefaultTimeout = time.Minute
 
 // Run performs req in a child process and waits for its answer, at most
-// opts.Timeout. Errors carry the worker's kinds (worker.ErrPermissionDenied,
-// ...) and no credential.
+// opts.Timeout. The child confines itself (pkg/sandbox) to a scratch dir of
+// its own before it reads req. Errors carry the worker's kinds
+// (worker.ErrPermissionDenied, ...) and no credential.
 func Run(ctx context.Context, opts Options, req Request) error {
 	bin := opts.Binary
 	if bin == "" {
@@ -55,16 +60,26 @@ func Run(ctx context.Context, opts Options, req Request) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, bin, Arg)
+	switchUID := opts.UID > 0 && os.Geteuid() == 0
+	scratch, err := os.MkdirTemp("", "csi-rclone-provision-")
+	if err != nil {
+		return fmt.Errorf("scratch dir: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	if switchUID {
+		if err := os.Chown(scratch, opts.UID, opts.GID); err != nil {
+			return fmt.Errorf("scratch dir: %w", err)
+		}
+	}
+	cmd := exec.CommandContext(ctx, bin, Arg, "--scratch-dir", scratch, "--memory-limit", strconv.FormatInt(opts.MemoryLimit, 10))
 	// No credential in the environment or on the command line: the request,
 	// config included, goes over stdin.
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/nonexistent"}
-	cmd.Dir = "/"
+	cmd.Env = []string{"HOME=" + scratch, "TMPDIR=" + scratch}
+	cmd.Dir = scratch
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// Only root can switch; an unprivileged controller (the chart runs it as
-	// 65532) already gives the child no privilege to drop.
-	if (opts.UID != 0 || opts.GID != 0) && os.Geteuid() == 0 {
+	if switchUID {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(opts.UID), Gid: uint32(opts.GID), Groups: []uint32{}}
+		cmd.SysProcAttr.AmbientCaps = worker.SandboxCaps()
 	}
 	cmd.WaitDelay = time.Second
 	cmd.Stdin = bytes.NewReader(append(spec, '\n'))

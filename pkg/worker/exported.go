@@ -1,7 +1,7 @@
 package worker
 
-// The error kinds, exported for other child processes of the driver (the
-// provisioning one) that speak the same error language as a mount worker.
+// What other child processes of the driver (the provisioning one) share
+// with a mount worker: the error language and the sandbox hand-over.
 
 // Classify wraps err with the kind (ErrPermissionDenied, ErrNotFound, ...)
 // that rclone's error says, as a mount worker does.
@@ -14,3 +14,7 @@ func KindOf(err error) string { return kindOf(err) }
 func ErrorOf(kind, message string) error {
 	return errorFromEvent(event{Type: "error", Kind: kind, Message: message})
 }
+
+// SandboxCaps are the ambient capabilities a child started under another
+// uid needs to confine itself fully (see sandboxCaps).
+func SandboxCaps() []uintptr { return sandboxCaps() }
