@@ -121,6 +121,14 @@ func (s *controllerServer) createDir(ctx context.Context, req *csi.CreateVolumeR
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is in progress", pv.Name)
 	}
 	defer s.locks.release(pv.Name)
+	// A conflicting repeat is refused as for a whole-remote volume; the
+	// memory is only for that: a new instance makes the same id again.
+	s.mu.Lock()
+	prev, seen := s.volumes[pv.Name]
+	s.mu.Unlock()
+	if seen && prev.CapacityBytes != capacity {
+		return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with capacity %d, not %d", pv.Name, prev.CapacityBytes, capacity)
+	}
 
 	vol, err := secrets.Build(ctx, secrets.Source{Secret: req.GetSecrets(), VolumeContext: params, VolumeID: pv.Name},
 		&s.d.opts.Policy, s.d.opts.Decrypter)
@@ -136,7 +144,11 @@ func (s *controllerServer) createDir(ctx context.Context, req *csi.CreateVolumeR
 	delete(volCtx, provision.ParamOnDelete)
 	volCtx[secrets.KeyRemotePathSuffix] = path.Join(params[secrets.KeyRemotePathSuffix], subdir)
 	klog.InfoS("volume directory made", "name", pv.Name, "remote", vol.Remote, "path", pv.Path(), "onDelete", onDelete)
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: pv.ID(), CapacityBytes: capacity, VolumeContext: volCtx}}, nil
+	v := &csi.Volume{VolumeId: pv.ID(), CapacityBytes: capacity, VolumeContext: volCtx}
+	s.mu.Lock()
+	s.volumes[pv.Name] = v
+	s.mu.Unlock()
+	return &csi.CreateVolumeResponse{Volume: v}, nil
 }
 
 // withCapacity copies params and records a known capacity in the volume
@@ -196,13 +208,16 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is in progress", id)
 	}
 	defer s.locks.release(id)
+	key := id
 	if provision.IsProvisionedID(id) {
-		if err := s.deleteDir(ctx, id, req.GetSecrets()); err != nil {
+		pv, err := s.deleteDir(ctx, id, req.GetSecrets())
+		if err != nil {
 			return nil, err
 		}
+		key = pv.Name
 	}
 	s.mu.Lock()
-	delete(s.volumes, id)
+	delete(s.volumes, key)
 	s.mu.Unlock()
 	return &csi.DeleteVolumeResponse{}, nil
 }
@@ -210,14 +225,14 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 // deleteDir applies the onDelete policy the id records: retain does nothing,
 // delete purges the directory, archive renames it. A directory gone already
 // is success, so a repeated call succeeds.
-func (s *controllerServer) deleteDir(ctx context.Context, id string, secret map[string]string) error {
+func (s *controllerServer) deleteDir(ctx context.Context, id string, secret map[string]string) (*provision.Volume, error) {
 	pv, err := provision.ParseID(id)
 	if err != nil {
-		return statusFor(err, "DeleteVolume")
+		return nil, statusFor(err, "DeleteVolume")
 	}
 	if pv.OnDelete == provision.Retain {
 		klog.InfoS("volume directory retained", "name", pv.Name, "remote", pv.Remote, "path", pv.Path())
-		return nil
+		return pv, nil
 	}
 	volCtx := map[string]string{
 		secrets.KeyRemote:         pv.Remote,
@@ -227,12 +242,12 @@ func (s *controllerServer) deleteDir(ctx context.Context, id string, secret map[
 	vol, err := secrets.Build(ctx, secrets.Source{Secret: secret, VolumeContext: volCtx, VolumeID: pv.Name},
 		&s.d.opts.Policy, s.d.opts.Decrypter)
 	if err != nil {
-		return statusFor(err, "provisioner secret")
+		return nil, statusFor(err, "provisioner secret")
 	}
 	// The id names the place: a secret that names another remote or path
 	// must not turn the delete elsewhere.
 	if _, ok := vol.Config[pv.Remote]; !ok {
-		return status.Errorf(codes.InvalidArgument, "the provisioner secret has no section %q that volume %s was made in", pv.Remote, pv.Name)
+		return nil, status.Errorf(codes.InvalidArgument, "the provisioner secret has no section %q that volume %s was made in", pv.Remote, pv.Name)
 	}
 	vol.Remote, vol.Path = pv.Remote, pv.Base
 	req := provision.Request{Op: provision.OpPurge, Volume: *vol, Dir: pv.Subdir}
@@ -240,11 +255,11 @@ func (s *controllerServer) deleteDir(ctx context.Context, id string, secret map[
 		req.Op, req.To = provision.OpArchive, provision.ArchiveName(pv.Subdir, time.Now())
 	}
 	if err := s.runProvision(ctx, pv.Name, req); err != nil {
-		return statusFor(err, "deleting the volume's directory")
+		return nil, statusFor(err, "deleting the volume's directory")
 	}
 	klog.InfoS("volume directory "+map[string]string{provision.OpPurge: "deleted", provision.OpArchive: "archived"}[req.Op],
 		"name", pv.Name, "remote", pv.Remote, "path", pv.Path(), "to", req.To)
-	return nil
+	return pv, nil
 }
 
 func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {

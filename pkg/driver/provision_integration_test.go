@@ -268,3 +268,24 @@ func TestCapacityInStatfs(t *testing.T) {
 	v.context = map[string]string{"capacity": "lots"}
 	wantCode(t, v.stage(), codes.InvalidArgument)
 }
+
+// S3 has no empty directories: a PVC's fresh directory is staged all the
+// same, without directory markers in the config.
+func TestDirectoryStagesEmpty(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket(provBucket); err != nil {
+		t.Fatal(err)
+	}
+	secret := map[string]string{"remote": harness.RemoteName, "configData": e.S3.RcloneConfig(harness.RemoteName)}
+	v, err := createDirVolume(e, "pvc-empty", "delete", "carol", "fresh", secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := newVol(t, e, v.GetVolumeId(), provBucket+"/team")
+	vol.context = v.GetVolumeContext()
+	vol.mustStage()
+	target := vol.mustPublish("pod", false)
+	if err := os.WriteFile(filepath.Join(target, "first"), []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -7,6 +7,7 @@ package sanity
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,7 +34,48 @@ func TestMain(m *testing.M) {
 
 const bucket = "sanity"
 
+// sanityModeEnv selects the directory class in a re-executed test binary:
+// Ginkgo runs one suite per process.
+const sanityModeEnv = "CSI_RCLONE_SANITY_DIRECTORIES"
+
 func TestSanity(t *testing.T) {
+	if os.Getenv(sanityModeEnv) == "" {
+		runSanity(t, nil, nil)
+		return
+	}
+	// A class with a directory per volume: CreateVolume makes it with a
+	// provisioner secret and DeleteVolume removes it. csi-sanity passes no
+	// PVC metadata, so the parameters carry it; every volume of the run
+	// shares the directory.
+	runSanity(t, map[string]string{
+		"subdirTemplate":                   "${pvc.namespace}/${pvc.name}",
+		"onDelete":                         "delete",
+		"csi.storage.k8s.io/pvc/namespace": "sanity-ns",
+		"csi.storage.k8s.io/pvc/name":      "sanity-pvc",
+	}, func(s *sanity.CSISecrets, env *harness.Env) {
+		s.CreateVolumeSecret = map[string]string{"remote": harness.RemoteName, "remotePath": bucket, "configData": env.S3.RcloneConfig(harness.RemoteName)}
+		s.DeleteVolumeSecret = s.CreateVolumeSecret
+	})
+}
+
+// TestSanityDirectories runs TestSanity again, in a new process, on a
+// directory-per-volume class.
+func TestSanityDirectories(t *testing.T) {
+	if os.Getenv(sanityModeEnv) != "" {
+		t.Skip("the outer process runs this")
+	}
+	if why := harness.Supported(); why != "" {
+		t.Skip(why)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSanity$", "-test.count=1")
+	cmd.Env = append(os.Environ(), sanityModeEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("csi-sanity on a directory class: %v\n%s", err, out)
+	}
+}
+
+func runSanity(t *testing.T, params map[string]string, withSecrets func(*sanity.CSISecrets, *harness.Env)) {
 	if why := harness.Supported(); why != "" {
 		t.Skip(why)
 	}
@@ -52,9 +94,14 @@ func TestSanity(t *testing.T) {
 
 	// csi-sanity reads secrets only from a YAML file (TestConfig has no
 	// field for them). The node-stage secret carries the remote, the bucket
-	// and the rclone config; no other call needs one.
+	// and the rclone config; no other call needs one but a directory
+	// class's CreateVolume and DeleteVolume.
 	secretsFile := filepath.Join(dir, "secrets.yaml")
-	data, err := yaml.Marshal(&sanity.CSISecrets{NodeStageVolumeSecret: env.Secret(bucket)})
+	sec := &sanity.CSISecrets{NodeStageVolumeSecret: env.Secret(bucket)}
+	if withSecrets != nil {
+		withSecrets(sec, env)
+	}
+	data, err := yaml.Marshal(sec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +118,8 @@ func TestSanity(t *testing.T) {
 	config.StagingPath = filepath.Join(dir, "staging")
 	config.SecretsFile = secretsFile
 	config.IdempotentCount = 2
-	config.TestVolumeSize = 1 << 30 // echoed back: remotes have no size
+	config.TestVolumeSize = 1 << 30 // shown as the mount's size
+	config.TestVolumeParameters = params
 
 	sanity.Test(t, config)
 }
