@@ -19,14 +19,7 @@ func TestFailedMountMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := e.Secret("exists")
-	with := func(k, val string) map[string]string {
-		s := map[string]string{}
-		for key, v := range good {
-			s[key] = v
-		}
-		s[k] = val
-		return s
-	}
+	with := func(kv ...string) map[string]string { return secretWith(good, kv...) }
 	for _, tc := range []struct {
 		name   string
 		secret map[string]string

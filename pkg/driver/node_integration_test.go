@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,6 +158,15 @@ func workers(t *testing.T, volumeID string) int {
 		}
 	}
 	return n
+}
+
+// secretWith is a copy of secret with the keys and values of kv set.
+func secretWith(secret map[string]string, kv ...string) map[string]string {
+	s := maps.Clone(secret)
+	for i := 0; i+1 < len(kv); i += 2 {
+		s[kv[i]] = kv[i+1]
+	}
+	return s
 }
 
 func wantCode(t *testing.T, err error, code codes.Code) {
@@ -388,14 +398,7 @@ func TestStageFailuresLeaveNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := e.Secret("exists")
-	with := func(k, val string) map[string]string {
-		s := map[string]string{}
-		for key, v := range good {
-			s[key] = v
-		}
-		s[k] = val
-		return s
-	}
+	with := func(kv ...string) map[string]string { return secretWith(good, kv...) }
 	for _, tc := range []struct {
 		name   string
 		secret map[string]string

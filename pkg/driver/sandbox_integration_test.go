@@ -17,6 +17,7 @@ import (
 
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/test/harness"
+	"github.com/csi-rclone/csi-rclone/test/procfs"
 )
 
 // probeEnv makes the test binary a probe: it tries each attempt given on
@@ -113,21 +114,6 @@ func workerPID(t *testing.T, e *harness.Env, volumeID string) int {
 	return pid
 }
 
-func procStatus(t *testing.T, pid int) map[string]string {
-	t.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			out[k] = strings.TrimSpace(v)
-		}
-	}
-	return out
-}
-
 // newTenant stages a volume on its own bucket and writes a file through it,
 // so that its mount and its cache have something to steal. (The S3 server
 // sees buckets made before its first listing only: make them all first.)
@@ -139,7 +125,7 @@ func newTenant(t *testing.T, e *harness.Env, name string) *tenant {
 		t.Fatal(err)
 	}
 	tn := &tenant{v: v, pid: workerPID(t, e, v.id)}
-	uids := strings.Fields(procStatus(t, tn.pid)["Uid"])
+	uids := strings.Fields(procfs.Status(t, tn.pid)["Uid"])
 	if len(uids) != 4 {
 		t.Fatalf("worker status Uid %v", uids)
 	}
@@ -262,7 +248,7 @@ func TestWorkerIsConfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn := newTenant(t, e, "conf")
-	st := procStatus(t, tn.pid)
+	st := procfs.Status(t, tn.pid)
 	for k, want := range map[string]string{
 		"NoNewPrivs": "1", "CapEff": "0000000000000000", "CapPrm": "0000000000000000",
 		"CapInh": "0000000000000000", "CapAmb": "0000000000000000", "CapBnd": "0000000000000000",

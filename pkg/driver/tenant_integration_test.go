@@ -22,16 +22,7 @@ func TestTenantAttacksStartNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := e.Secret("tenant")
-	with := func(kv ...string) map[string]string {
-		s := map[string]string{}
-		for k, v := range good {
-			s[k] = v
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			s[kv[i]] = kv[i+1]
-		}
-		return s
-	}
+	with := func(kv ...string) map[string]string { return secretWith(good, kv...) }
 	conf := good["configData"]
 	for _, tc := range []struct {
 		name   string

@@ -22,6 +22,7 @@ import (
 	"github.com/csi-rclone/csi-rclone/pkg/uidpool"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/test/harness"
+	"github.com/csi-rclone/csi-rclone/test/procfs"
 )
 
 const firstUID = 2_100_000_000
@@ -31,7 +32,7 @@ var twoUIDs = uidpool.Range{First: firstUID, Last: firstUID + 1}
 
 func workerUID(t *testing.T, e *harness.Env, volumeID string) int {
 	t.Helper()
-	uid, _ := strconv.Atoi(strings.Fields(procStatus(t, workerPID(t, e, volumeID))["Uid"])[0])
+	uid, _ := strconv.Atoi(strings.Fields(procfs.Status(t, workerPID(t, e, volumeID))["Uid"])[0])
 	return uid
 }
 

@@ -63,7 +63,7 @@ func subpathBinds(infos []mount.MountInfo, target string) []SubpathBind {
 
 	devices := map[string]bool{}
 	for _, mi := range infos {
-		if unescape(mi.MountPoint) == target {
+		if Unescape(mi.MountPoint) == target {
 			devices[device(mi)] = true
 		}
 	}
@@ -71,7 +71,7 @@ func subpathBinds(infos []mount.MountInfo, target string) []SubpathBind {
 	stacks := map[string][]mount.MountInfo{}
 	var order []string
 	for _, mi := range infos {
-		p := unescape(mi.MountPoint)
+		p := Unescape(mi.MountPoint)
 		if filepath.Dir(filepath.Dir(p)) != subpathDir {
 			continue
 		}
@@ -83,7 +83,7 @@ func subpathBinds(infos []mount.MountInfo, target string) []SubpathBind {
 	var out []SubpathBind
 	for _, p := range order {
 		top := topLayer(stacks[p])
-		root := unescape(top.Root)
+		root := Unescape(top.Root)
 		if !devices[device(top)] || strings.HasSuffix(root, "//deleted") {
 			continue
 		}
@@ -134,9 +134,9 @@ func hasOption(opts []string, o string) bool {
 	return false
 }
 
-// unescape undoes the octal escapes (\040 for a space, \011, \012, \134)
+// Unescape undoes the octal escapes (\040 for a space, \011, \012, \134)
 // that mountinfo writes in paths; mount-utils keeps them.
-func unescape(s string) string {
+func Unescape(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

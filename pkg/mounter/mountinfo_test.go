@@ -163,8 +163,8 @@ func TestUnescape(t *testing.T) {
 		`/short\04`:            `/short\04`,
 		`/not\089`:             `/not\089`,
 	} {
-		if got := unescape(in); got != want {
-			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
+		if got := Unescape(in); got != want {
+			t.Errorf("Unescape(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

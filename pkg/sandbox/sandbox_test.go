@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/csi-rclone/csi-rclone/test/procfs"
 )
 
 const childEnv = "SANDBOX_TEST_CHILD_CACHE"
@@ -161,7 +163,7 @@ func TestConfine(t *testing.T) {
 				t.Fatalf("child report: %v", err)
 			}
 
-			status := procStatus(t, cmd.Process.Pid)
+			status := procfs.Status(t, cmd.Process.Pid)
 			for k, want := range map[string]string{
 				"NoNewPrivs": "1", "CapEff": "0000000000000000", "CapPrm": "0000000000000000",
 				"CapInh": "0000000000000000", "CapAmb": "0000000000000000", "CapBnd": "0000000000000000",
@@ -214,21 +216,6 @@ func landlockABI() int {
 		return 0
 	}
 	return int(v)
-}
-
-func procStatus(t *testing.T, pid int) map[string]string {
-	t.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			out[k] = strings.TrimSpace(v)
-		}
-	}
-	return out
 }
 
 func copyFile(dst string) error {

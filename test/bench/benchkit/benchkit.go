@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/csi-rclone/csi-rclone/pkg/mounter"
 )
 
 // BinDir is where the benchmarks put the csi-rclone and rclone binaries,
@@ -115,29 +117,10 @@ func MountPoints() []string {
 	var out []string
 	for _, line := range strings.Split(string(data), "\n") {
 		if f := strings.Fields(line); len(f) > 4 {
-			out = append(out, unescape(f[4]))
+			out = append(out, mounter.Unescape(f[4]))
 		}
 	}
 	return out
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // IsMountPoint reports whether path is a mount point now.
