@@ -33,6 +33,8 @@ type chartCase struct {
 	// provisionerSecrets: the namespaces in which csi-provisioner may get
 	// Secrets; ["*"] for all; nil for none
 	provisionerSecrets []string
+	// node.sidecars=false: the driver registers and serves /healthz itself
+	oneContainer bool
 }
 
 var cases = []chartCase{
@@ -137,6 +139,19 @@ storageClasses:
 		cacheDir:           "/var/lib/csi-rclone/csi-rclone/cache",
 		provisionerSecrets: []string{"storage", "team-a"},
 	},
+	{
+		// No sidecar images to be had (test/cluster): one container.
+		name: "one-container",
+		values: `
+driverName: rclone.csi.example.org
+node: {sidecars: false, healthPort: 9900}
+`,
+		driverName:   "rclone.csi.example.org",
+		kubeletDir:   "/var/lib/kubelet",
+		stateDir:     "/run/csi-rclone/rclone.csi.example.org",
+		cacheDir:     "/var/lib/csi-rclone/rclone.csi.example.org/cache",
+		oneContainer: true,
+	},
 }
 
 func readFile(name string) string {
@@ -210,6 +225,9 @@ func checkDriverName(t *testing.T, o *objects, c chartCase) {
 		}
 	}
 	reg := container(nodeSpec(t, o), "node-driver-registrar")
+	if c.oneContainer {
+		reg = container(nodeSpec(t, o), "csi-rclone")
+	}
 	want := path.Join(c.kubeletDir, "plugins", c.driverName, "csi.sock")
 	if v, _ := flag(reg.Args, "kubelet-registration-path"); v != want {
 		t.Errorf("--kubelet-registration-path=%q, want %q", v, want)
@@ -261,6 +279,15 @@ func checkNode(t *testing.T, o *objects, c chartCase) {
 			}
 			continue
 		}
+		if c.oneContainer && m.MountPath == "/registration" {
+			if want := path.Join(c.kubeletDir, "plugins_registry"); v.HostPath.Path != want {
+				t.Errorf("registration dir %s, want %s", v.HostPath.Path, want)
+			}
+			if d, _ := flag(p.Args, "registration-dir"); d != m.MountPath {
+				t.Errorf("--registration-dir=%q, mounted at %s", d, m.MountPath)
+			}
+			continue
+		}
 		if v.HostPath.Path != m.MountPath {
 			t.Errorf("volume %s: host path %s mounted at %s", m.Name, v.HostPath.Path, m.MountPath)
 		}
@@ -280,9 +307,25 @@ func checkNode(t *testing.T, o *objects, c chartCase) {
 		t.Error("/dev/fuse not mounted")
 	}
 
-	// The liveness probe goes to the livenessprobe sidecar's port.
-	lp := container(spec, "liveness-probe")
-	endpoint, _ := flag(lp.Args, "http-endpoint")
+	// The liveness probe goes to the livenessprobe sidecar's port, or to
+	// the driver's own health endpoint.
+	var endpoint string
+	if c.oneContainer {
+		for _, name := range []string{"node-driver-registrar", "liveness-probe"} {
+			if container(spec, name) != nil {
+				t.Errorf("sidecar %s with node.sidecars=false", name)
+			}
+		}
+		if len(spec.Containers) != 1 {
+			t.Errorf("%d containers, want 1", len(spec.Containers))
+		}
+		endpoint, _ = flag(p.Args, "health-address")
+	} else {
+		endpoint, _ = flag(container(spec, "liveness-probe").Args, "http-endpoint")
+		if _, ok := flag(p.Args, "health-address"); ok {
+			t.Error("driver serves /healthz beside the livenessprobe sidecar")
+		}
+	}
 	port := strings.TrimPrefix(endpoint, ":")
 	if p.LivenessProbe == nil || p.LivenessProbe.HTTPGet == nil || p.StartupProbe == nil {
 		t.Fatal("node plugin: no liveness or startup probe")

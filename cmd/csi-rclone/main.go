@@ -53,6 +53,7 @@ func run(args []string) error {
 	var mode string
 	var ss secretServiceFlags
 	var tenant tenantFlags
+	var sidecars sidecarFlags
 	fl.StringVar(&opts.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint")
 	fl.StringVar(&opts.NodeID, "nodeid", "", "node id (the Kubernetes node name)")
 	fl.StringVar(&opts.DriverName, "driver-name", driver.DefaultDriverName, "CSI driver name; equals the CSIDriver object's name")
@@ -70,6 +71,7 @@ func run(args []string) error {
 	fl.IntVar(&opts.DefaultGID, "default-gid", 1000, "group of files in a mount unless the volume sets gid or the pod an fsGroup")
 	tenant.register(fl)
 	ss.register(fl)
+	sidecars.register(fl)
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -95,6 +97,8 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	ctx, stopSidecars := sidecars.start(ctx, opts.DriverName, opts.Endpoint)
+	defer stopSidecars()
 	// Workers die with this process; their mounts come back when it starts again.
 	defer d.Shutdown()
 	return d.Run(ctx)
