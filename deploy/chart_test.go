@@ -145,6 +145,7 @@ storageClasses:
 		values: `
 driverName: rclone.csi.example.org
 node: {sidecars: false, healthPort: 9900}
+controller: {sidecars: false}
 `,
 		driverName:   "rclone.csi.example.org",
 		kubeletDir:   "/var/lib/kubelet",
@@ -389,8 +390,25 @@ func checkController(t *testing.T, o *objects, c chartCase) {
 	if p == nil || !slices.Contains(p.Args, "--mode=controller") || !slices.Contains(p.Args, "--endpoint=unix:///csi/csi.sock") {
 		t.Errorf("controller plugin args %v", p)
 	}
-	if p.LivenessProbe == nil {
-		t.Error("controller plugin has no liveness probe")
+	if p.LivenessProbe == nil || p.LivenessProbe.HTTPGet == nil {
+		t.Fatal("controller plugin has no liveness probe")
+	}
+	// The probe's port is served by the livenessprobe sidecar, or by the
+	// driver itself.
+	var endpoint string
+	if c.oneContainer {
+		if container(spec, "liveness-probe") != nil {
+			t.Error("liveness-probe sidecar with controller.sidecars=false")
+		}
+		endpoint, _ = flag(p.Args, "health-address")
+	} else {
+		endpoint, _ = flag(container(spec, "liveness-probe").Args, "http-endpoint")
+	}
+	named := p.LivenessProbe.HTTPGet.Port.StrVal
+	if !slices.ContainsFunc(p.Ports, func(cp corev1.ContainerPort) bool {
+		return cp.Name == named && ":"+strconv.Itoa(int(cp.ContainerPort)) == endpoint
+	}) {
+		t.Errorf("controller liveness probe port %q is not the health endpoint %q", named, endpoint)
 	}
 }
 
