@@ -197,8 +197,8 @@ func TestCluster(t *testing.T) {
 	since := uptime()
 	e.recovered(ctx, "start", since, "session", "second")
 	e.waitFor(ctx, "the session's file in the bucket", time.Minute, func() (bool, error) {
-		data, err := os.ReadFile(s3.Object(bucket, "session/session.txt"))
-		return err == nil && strings.HasPrefix(string(data), "session "), err
+		data, err := os.ReadFile(s3.Object(bucket, "session/session-once.txt"))
+		return err == nil && string(data) == "session hello\n", err
 	})
 
 	t.Run("delete node plugin pod", func(t *testing.T) {
@@ -249,6 +249,10 @@ func TestCluster(t *testing.T) {
 		if strings.Contains(msg, badSecret) || strings.Contains(msg, accessKey) {
 			t.Errorf("the event shows a credential: %s", msg)
 		}
+		// rclone's (and S3's) reason reaches the pod's events.
+		if !strings.Contains(msg, "SignatureDoesNotMatch") || !strings.Contains(msg, "PermissionDenied") {
+			t.Errorf("the event does not give the storage's reason: %s", msg)
+		}
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "bad", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -271,8 +275,11 @@ func TestCluster(t *testing.T) {
 		e.pod(ctx, podOpts{name: "nobucket", claim: "nobucket", script: "sleep 3600"})
 		msg := failedMount(ctx, e, "nobucket")
 		t.Logf("FailedMount: %s", msg)
-		if strings.Contains(msg, secretKey) {
+		if strings.Contains(msg, secretKey) || strings.Contains(msg, accessKey) {
 			t.Errorf("the event shows a credential: %s", msg)
+		}
+		if !strings.Contains(msg, "directory not found") || !strings.Contains(msg, "NotFound") {
+			t.Errorf("the event does not give rclone's reason: %s", msg)
 		}
 		e.deletePod(ctx, "nobucket")
 		deletePVC(ctx, e, "nobucket")
@@ -350,7 +357,7 @@ func failedMount(ctx context.Context, e *env, pod string) string {
 			return false, err
 		}
 		for _, ev := range evs.Items {
-			if ev.Reason == "FailedMount" && strings.Contains(ev.Message, "NodeStageVolume") {
+			if ev.Reason == "FailedMount" && strings.Contains(ev.Message, "rpc error") {
 				msg = ev.Message
 				return true, nil
 			}

@@ -103,6 +103,8 @@ func ptr[T any](v T) *T { return &v }
 // pods share the kernel) times the interruptions.
 func loopScript(dir, name string) string {
 	return fmt.Sprintf(`mkdir -p %[1]s 2>/dev/null
+# Written once: uploaded while the loop keeps rewriting its own file.
+echo "%[2]s hello" > %[1]s/%[2]s-once.txt
 i=0
 while true; do
   i=$((i+1))
