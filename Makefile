@@ -77,7 +77,7 @@ bench: fuse-conf
 # ~/.cache/csi-rclone-cluster (~10 min of both cores on a fresh machine).
 # Everything runs in a network namespace of its own under
 # /tmp/csi-rclone-cluster and is undone on the way out.
-CLUSTER_DEBS := etcd-server containerd runc containernetworking-plugins busybox-static fuse3 iproute2 util-linux
+CLUSTER_DEBS := etcd-server containerd runc containernetworking-plugins busybox-static iproute2 util-linux
 .PHONY: e2e-cluster cluster-down
 e2e-cluster: fuse-conf
 	@missing=$$(for p in $(CLUSTER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \

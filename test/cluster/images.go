@@ -193,35 +193,6 @@ var baseFiles = []File{
 	{Path: "proc", Dir: true}, {Path: "sys", Dir: true}, {Path: "dev", Dir: true},
 }
 
-// sharedLibs are the files a dynamic binary of the host loads, placed at
-// the paths ldd names (resolved through Debian's /usr merge).
-func sharedLibs(bin string) ([]File, error) {
-	out, err := exec.Command("ldd", bin).Output()
-	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w", bin, err)
-	}
-	var files []File
-	for _, line := range strings.Split(string(out), "\n") {
-		for _, f := range strings.Fields(line) {
-			if !strings.HasPrefix(f, "/") {
-				continue
-			}
-			real, err := filepath.EvalSymlinks(f)
-			if err != nil {
-				return nil, err
-			}
-			p := strings.TrimPrefix(f, "/")
-			for _, m := range usrMerged {
-				if p == m.Path || strings.HasPrefix(p, m.Path+"/") {
-					p = m.Link + strings.TrimPrefix(p, m.Path)
-				}
-			}
-			files = append(files, File{Path: p, Src: real})
-		}
-	}
-	return files, nil
-}
-
 // PauseImageFiles is the sandbox image; built by BuildPause.
 var PauseImageFiles Image
 
@@ -252,29 +223,21 @@ func BusyboxImage(ref string) (Image, error) {
 }
 
 // DriverImage is the driver's image with the content the Dockerfile's
-// default target describes, from the host's own Debian 12 files rather
-// than debootstrap: the static csi-rclone binary (built here with the
-// Dockerfile's flags and version), fuse3's setuid fusermount3 and the
-// libraries it loads, /etc/fuse.conf with user_allow_other, and
+// default target describes (Debian 12 with ca-certificates and the static
+// csi-rclone binary), from the host's own Debian 12 files rather than
+// debootstrap: the binary built here with the Dockerfile's flags, and
 // ca-certificates' bundle. Left out of bookworm-slim: what the driver never
-// runs (apt, a shell, coreutils).
+// runs (apt, a shell, coreutils). No fuse3: the driver mounts FUSE itself.
 func DriverImage(ctx context.Context, dir, ref, version string) (Image, error) {
 	bin := filepath.Join(dir, "csi-rclone-"+strings.NewReplacer("/", "_", ":", "_").Replace(version))
 	if err := goBuild(ctx, RepoRoot(), bin, "./cmd/csi-rclone", "-s -w -X main.version="+version, "GOFLAGS=-buildvcs=false"); err != nil {
 		return Image{}, err
 	}
-	libs, err := sharedLibs("/usr/bin/fusermount3")
-	if err != nil {
-		return Image{}, err
-	}
 	files := append(append([]File{}, usrMerged...), baseFiles...)
-	files = append(files, libs...)
 	files = append(files,
 		File{Path: "usr/local/bin/csi-rclone", Src: bin, Mode: 0o755},
-		File{Path: "usr/bin/fusermount3", Src: "/usr/bin/fusermount3", Mode: 0o755 | fs.ModeSetuid},
-		File{Path: "etc/fuse.conf", Data: []byte("# The mount workers run unprivileged and mount with allow_other.\nuser_allow_other\n")},
-		File{Path: "etc/mtab", Link: "../proc/self/mounts"},
 		File{Path: "etc/ssl/certs/ca-certificates.crt", Src: "/etc/ssl/certs/ca-certificates.crt", Mode: 0o644},
+		File{Path: "etc/mtab", Link: "../proc/self/mounts"},
 		File{Path: "var/lib", Dir: true},
 		File{Path: "run", Dir: true},
 	)

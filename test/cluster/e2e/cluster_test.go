@@ -183,7 +183,7 @@ func TestCluster(t *testing.T) {
 	e.secret(ctx, "data", map[string]string{
 		"remote":     "store",
 		"remotePath": bucket,
-		"configData": s3server.RcloneConfig("store", s3.Endpoint, accessKey, encrypt(t, pub, secretKey)),
+		"configData": s3server.RcloneConfig("store", s3.Endpoint, accessKey, encrypt(t, pub, s3.Endpoint, secretKey)),
 	})
 	e.pvc(ctx, "data", "data", corev1.ReadWriteMany)
 	pv := e.bound(ctx, "data")
@@ -490,8 +490,14 @@ func secretServiceKey(ctx context.Context, e *env) *rsa.PublicKey {
 	return &key.PublicKey
 }
 
-func encrypt(t *testing.T, pub *rsa.PublicKey, plaintext string) string {
-	v, err := envelope.Encrypt(pub, []byte(plaintext))
+// encrypt seals a secret_access_key for the namespace and the S3 host, as
+// a tenant's tooling would.
+func encrypt(t *testing.T, pub *rsa.PublicKey, endpoint, plaintext string) string {
+	host, err := envelope.NormalizeHost(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := envelope.Seal(pub, envelope.Context{Namespace: ns, Option: "secret_access_key", Host: host}, []byte(plaintext))
 	if err != nil {
 		t.Fatal(err)
 	}
