@@ -81,11 +81,23 @@ func Build(ctx context.Context, cacheDir string, logf func(string, ...any)) (Bin
 // goBuild builds a static binary, written under a temporary name and
 // renamed so that an interrupted build leaves nothing that looks done.
 func goBuild(ctx context.Context, dir, out, pkg, ldflags string, extraEnv ...string) error {
+	return build(ctx, dir, out, pkg, []string{"-trimpath", "-ldflags", ldflags}, extraEnv...)
+}
+
+// goBuildShared is goBuild without -trimpath, for the repo's own binaries:
+// they then share the build cache with make test (rclone is large), where
+// the Dockerfile's -trimpath would compile everything a second time. It
+// only changes the source paths recorded in the binary.
+func goBuildShared(ctx context.Context, dir, out, pkg, ldflags string, extraEnv ...string) error {
+	return build(ctx, dir, out, pkg, []string{"-ldflags", ldflags}, extraEnv...)
+}
+
+func build(ctx context.Context, dir, out, pkg string, flags []string, extraEnv ...string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
 	tmp := out + ".tmp"
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", tmp, pkg)
+	cmd := exec.CommandContext(ctx, "go", append(append([]string{"build"}, flags...), "-o", tmp, pkg)...)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), extraEnv...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

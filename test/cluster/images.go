@@ -225,12 +225,13 @@ func BusyboxImage(ref string) (Image, error) {
 // DriverImage is the driver's image with the content the Dockerfile's
 // default target describes (Debian 12 with ca-certificates and the static
 // csi-rclone binary), from the host's own Debian 12 files rather than
-// debootstrap: the binary built here with the Dockerfile's flags, and
+// debootstrap: the binary built here with the Dockerfile's flags (but
+// -trimpath, see goBuildShared), and
 // ca-certificates' bundle. Left out of bookworm-slim: what the driver never
 // runs (apt, a shell, coreutils). No fuse3: the driver mounts FUSE itself.
 func DriverImage(ctx context.Context, dir, ref, version string) (Image, error) {
 	bin := filepath.Join(dir, "csi-rclone-"+strings.NewReplacer("/", "_", ":", "_").Replace(version))
-	if err := goBuild(ctx, RepoRoot(), bin, "./cmd/csi-rclone", "-s -w -X main.version="+version, "GOFLAGS=-buildvcs=false"); err != nil {
+	if err := goBuildShared(ctx, RepoRoot(), bin, "./cmd/csi-rclone", "-s -w -X main.version="+version, "GOFLAGS=-buildvcs=false"); err != nil {
 		return Image{}, err
 	}
 	files := append(append([]File{}, usrMerged...), baseFiles...)
@@ -259,7 +260,7 @@ func ProvisionerImage(b Binaries, ref string) Image {
 // run as 65532.
 func SecretServiceImage(ctx context.Context, dir, ref, version string) (Image, error) {
 	bin := filepath.Join(dir, "secret-service-"+strings.NewReplacer("/", "_", ":", "_").Replace(version))
-	if err := goBuild(ctx, RepoRoot(), bin, "./cmd/secret-service", "-s -w -X main.version="+version, "GOFLAGS=-buildvcs=false"); err != nil {
+	if err := goBuildShared(ctx, RepoRoot(), bin, "./cmd/secret-service", "-s -w -X main.version="+version, "GOFLAGS=-buildvcs=false"); err != nil {
 		return Image{}, err
 	}
 	files := append([]File{
