@@ -84,7 +84,11 @@ e2e-cluster: fuse-conf
 	if [ -n "$$missing" ]; then \
 		echo "installing $$missing"; apt-get update -qq; \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
-	CSI_RCLONE_E2E_CLUSTER=1 $(GO) test -count=1 -timeout 60m -v -run '^TestCluster$$' ./test/cluster/e2e/
+	@# The test tears the cluster down itself; this also covers a test binary
+	@# that dies without its cleanups (timeout, kill, Ctrl-C).
+	@trap 'true' INT TERM; \
+	CSI_RCLONE_E2E_CLUSTER=1 $(GO) test -count=1 -timeout 60m -v -run '^TestCluster$$' ./test/cluster/e2e/; rc=$$?; \
+	$(GO) run ./test/cluster/cmd/cluster down || rc=1; exit $$rc
 
 # Tear down what an interrupted e2e-cluster left (processes, mounts, cgroups,
 # sysctls, the netns).

@@ -141,8 +141,13 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	return c, nil
 }
 
-// Down stops the cluster and undoes every change to the host.
+// Down stops the cluster, undoes every change to the host, and checks
+// that nothing is left.
 func (c *Cluster) Down() error {
+	var before hostState
+	if data, err := os.ReadFile(c.Path(hostStateFile)); err == nil {
+		_ = json.Unmarshal(data, &before)
+	}
 	// The kubelet first and gracefully, so that it starts nothing more.
 	if cmd := c.procs["kubelet"]; cmd != nil && cmd.Process != nil {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -152,7 +157,44 @@ func (c *Cluster) Down() error {
 	for _, cmd := range c.procs {
 		waitExit(cmd, 5*time.Second)
 	}
+	if left := leftovers(c.opts.WorkDir, before); len(left) > 0 {
+		err = errors.Join(err, fmt.Errorf("left on the host: %s", strings.Join(left, "; ")))
+	}
 	return err
+}
+
+// leftovers lists what a cluster in workDir left on the host: processes,
+// mounts, cgroups, the veth, the work dir, and (given what Up found) changed
+// sysctls and host paths that were absent.
+func leftovers(workDir string, before hostState) []string {
+	var left []string
+	for _, pid := range ownProcesses(workDir, nil) {
+		left = append(left, fmt.Sprintf("process %d", pid))
+	}
+	mounts, _ := mountsUnder(workDir)
+	for _, m := range mounts {
+		left = append(left, "mount "+m)
+	}
+	for _, cg := range cgroupRoots() {
+		left = append(left, "cgroup "+cg)
+	}
+	if _, err := os.Stat("/sys/class/net/" + hostVeth); err == nil {
+		left = append(left, "link "+hostVeth)
+	}
+	if _, err := os.Stat(workDir); err == nil {
+		left = append(left, workDir)
+	}
+	for name, v := range before.Sysctls {
+		if cur, err := os.ReadFile(sysctlPath(name)); err == nil && strings.TrimSpace(string(cur)) != v {
+			left = append(left, fmt.Sprintf("sysctl %s=%s, was %s", name, strings.TrimSpace(string(cur)), v))
+		}
+	}
+	for _, p := range before.Absent {
+		if _, err := os.Lstat(p); err == nil {
+			left = append(left, p)
+		}
+	}
+	return left
 }
 
 func waitExit(cmd *exec.Cmd, d time.Duration) {
