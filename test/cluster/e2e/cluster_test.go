@@ -16,7 +16,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -28,6 +27,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rclone/rclone/lib/atexit"
 
 	"github.com/csi-rclone/csi-rclone/pkg/envelope"
 	"github.com/csi-rclone/csi-rclone/test/cluster"
@@ -82,8 +83,7 @@ func TestCluster(t *testing.T) {
 	if os.Getenv("CSI_RCLONE_E2E_CLUSTER") == "" {
 		t.Skip("a real Kubernetes cluster: run with CSI_RCLONE_E2E_CLUSTER=1 (make e2e-cluster)")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := context.Background()
 	logf := func(format string, args ...any) { t.Logf(format, args...) }
 
 	cache := cluster.DefaultCacheDir()
@@ -99,7 +99,15 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	workDir := c.Path()
+	// rclone (the S3 server) exits the process on SIGINT/SIGTERM after
+	// running its atexit functions: the teardown is one of them.
+	onSignal := atexit.Register(func() {
+		if err := c.Down(); err != nil {
+			fmt.Fprintln(os.Stderr, "tear-down:", err)
+		}
+	})
 	t.Cleanup(func() {
+		atexit.Unregister(onSignal)
 		if t.Failed() {
 			keepLogs(t, c)
 		}
