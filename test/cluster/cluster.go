@@ -44,13 +44,15 @@ import (
 
 // Addresses of the cluster's network.
 const (
-	HostIP    = "10.233.0.1"
-	NodeIP    = "10.233.0.2"
-	PodCIDR   = "10.234.0.0/24"
-	APIVIP    = "10.96.0.1"
-	NodeName  = "csi-rclone-node"
-	hostVeth  = "csirc-h"
-	cgroupDir = "csi-rclone-cluster"
+	HostIP   = "10.233.0.1"
+	NodeIP   = "10.233.0.2"
+	PodCIDR  = "10.234.0.0/24"
+	APIVIP   = "10.96.0.1"
+	NodeName = "csi-rclone-node"
+	hostVeth = "csirc-h"
+	// CgroupDir is the kubelet's cgroup root, in every hierarchy: every
+	// container of the cluster runs below it.
+	CgroupDir = "csi-rclone-cluster"
 )
 
 // DefaultWorkDir is the cluster's scratch dir; it is removed by Down.
@@ -488,7 +490,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 makeIPTablesUtilChains: false
 serializeImagePulls: false
-`, p.path("ca.crt"), cgroupDir, sock, c.Path("kubelet-plugins"), c.Path("pod-logs"), p.path("kubelet.crt"), p.path("kubelet.key"))
+`, p.path("ca.crt"), CgroupDir, sock, c.Path("kubelet-plugins"), c.Path("pod-logs"), p.path("kubelet.crt"), p.path("kubelet.key"))
 	kubeletConfPath := c.Path("kubelet-config.yaml")
 	if err := os.WriteFile(kubeletConfPath, []byte(kubeletConf), 0o644); err != nil {
 		return err

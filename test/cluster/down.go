@@ -179,7 +179,7 @@ func cgroupRoots() []string {
 	var roots []string
 	entries, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, e := range entries {
-		dir := filepath.Join("/sys/fs/cgroup", e.Name(), cgroupDir)
+		dir := filepath.Join("/sys/fs/cgroup", e.Name(), CgroupDir)
 		if _, err := os.Stat(dir); err == nil {
 			roots = append(roots, dir)
 		}
@@ -219,7 +219,7 @@ func setupCgroups() error {
 		if unix.Statfs(parent, &fs) != nil || (fs.Type != unix.CGROUP_SUPER_MAGIC && fs.Type != unix.CGROUP2_SUPER_MAGIC) {
 			continue
 		}
-		dir := filepath.Join(parent, cgroupDir)
+		dir := filepath.Join(parent, CgroupDir)
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}

@@ -317,12 +317,19 @@ func nodeMounts(workDir string) []string {
 	return out
 }
 
+// inCluster says whether a process runs in the cluster's containers (the
+// kubelet's cgroups): other tests on the machine run the same binary.
+func inCluster(pid string) bool {
+	data, err := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
+	return err == nil && strings.Contains(string(data), "/"+cluster.CgroupDir+"/")
+}
+
 // workers lists the mount worker processes on the node.
 func workers() []string {
 	var out []string
 	entries, _ := os.ReadDir("/proc")
 	for _, en := range entries {
-		if _, err := strconv.Atoi(en.Name()); err != nil {
+		if _, err := strconv.Atoi(en.Name()); err != nil || !inCluster(en.Name()) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", en.Name(), "cmdline"))
@@ -339,7 +346,7 @@ func driverPID() int {
 	entries, _ := os.ReadDir("/proc")
 	for _, en := range entries {
 		pid, err := strconv.Atoi(en.Name())
-		if err != nil {
+		if err != nil || !inCluster(en.Name()) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", en.Name(), "cmdline"))
