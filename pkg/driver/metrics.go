@@ -21,6 +21,10 @@ var (
 		Help:    "Time to mount a volume again and repair its targets.",
 		Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 	})
+	metricSubpathUnrepairable = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "csi_rclone_subpath_unrepairable_total",
+		Help: "subPath binds that recovery could not repair because the kernel dropped their directory entry while the mount was dead; the pod must be restarted.",
+	})
 	metricSkippedRecords = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "csi_rclone_skipped_records_total",
 		Help: "Volume records that could not be read at start (corrupt or of another format version).",
@@ -28,6 +32,6 @@ var (
 )
 
 func init() {
-	metrics.MustRegister(metricWorkerRestarts, metricRecoveries, metricRecoverySeconds, metricSkippedRecords,
+	metrics.MustRegister(metricWorkerRestarts, metricRecoveries, metricRecoverySeconds, metricSkippedRecords, metricSubpathUnrepairable,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 }

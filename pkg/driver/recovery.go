@@ -213,6 +213,15 @@ func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
 		if st, _ := s.m.Check(b.Path); st != mounter.Dead {
 			continue
 		}
+		if b.Unlinked {
+			// Seen on a real kubelet when another pod used the same
+			// directory through the dead mount: the kernel dropped the
+			// dentry the bind shows, and mount(2) refuses to stack on it.
+			klog.ErrorS(nil, "cannot repair a subPath bind whose directory entry the kernel dropped while the mount was dead; restart the pod",
+				"volumeID", v.id, "subPathMount", b.Path, "subPath", b.Root)
+			metricSubpathUnrepairable.Inc()
+			continue
+		}
 		if b.Within != "" {
 			klog.ErrorS(nil, "not repairing a subPath bind inside another subPath bind of the pod: the kubelet could not unmount the other one afterwards",
 				"volumeID", v.id, "subPathMount", b.Path, "within", b.Within)

@@ -21,6 +21,10 @@ type SubpathBind struct {
 	Root     string // the bound subdirectory (or file) of the volume, from its filesystem's root: "/sub"
 	ReadOnly bool
 	Device   string // major:minor of the filesystem it shows
+	// Unlinked: the kernel dropped the dentry this bind shows as its root
+	// (mountinfo says "//deleted"). mount(2) refuses to mount on it, so
+	// stacking cannot repair it; only the pod's restart can.
+	Unlinked bool
 	// Within is the Path of another subPath bind of the pod and volume
 	// whose Root holds this one's Root, if any. A bind stacked on this one
 	// propagates onto the kubelet's layer of that one, below its mount
@@ -48,8 +52,11 @@ func (m *Mounter) SubpathBinds(target string) ([]SubpathBind, error) {
 // the subPath was ever bound from is still a layer of target (a repair stacks
 // a new layer on a dead one, and the dead one keeps its device number while
 // it is mounted), so a subPath bind is found after any number of repairs,
-// and after a repair that failed half-way. Binds of a subdirectory that was
-// deleted are left out: there is nothing to bind again.
+// and after a repair that failed half-way. A root that mountinfo shows as
+// "<dir>//deleted" is returned Unlinked, without the suffix: the kernel
+// writes it for a dentry it dropped, which for a dead FUSE mount happens as
+// soon as anything looks the directory up through it (another pod using the
+// same directory), while the directory still exists on the remote.
 func subpathBinds(infos []mount.MountInfo, target string) []SubpathBind {
 	target = filepath.Clean(target)
 	csiDir := filepath.Dir(target) // .../volumes/kubernetes.io~csi/<pv>
@@ -84,10 +91,12 @@ func subpathBinds(infos []mount.MountInfo, target string) []SubpathBind {
 	for _, p := range order {
 		top := topLayer(stacks[p])
 		root := Unescape(top.Root)
-		if !devices[device(top)] || strings.HasSuffix(root, "//deleted") {
+		unlinked := strings.HasSuffix(root, "//deleted")
+		root = strings.TrimSuffix(root, "//deleted")
+		if !devices[device(top)] {
 			continue
 		}
-		out = append(out, SubpathBind{Path: p, Root: root, ReadOnly: hasOption(top.MountOptions, "ro"), Device: device(top)})
+		out = append(out, SubpathBind{Path: p, Root: root, ReadOnly: hasOption(top.MountOptions, "ro"), Device: device(top), Unlinked: unlinked})
 	}
 	for i := range out {
 		for _, o := range out {

@@ -119,9 +119,13 @@ func TestSubpathBinds(t *testing.T) {
 				"86 63 0:50 /data /var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/app/0/deeper rw shared:4 - fuse.rclone s3:shared rw\n",
 		},
 		{
-			name: "a deleted subdirectory",
+			// The kernel dropped the dentry after a lookup through the dead
+			// mount; the directory is still there on the remote (a real
+			// kubelet showed this). It is reported, not repairable.
+			name: "a root shown as deleted",
 			mountinfo: kubeletRoot + target50 +
-				"87 63 0:50 /gone//deleted /var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/app/0 rw shared:4 - fuse.rclone s3:shared rw\n",
+				"87 63 0:50 /session//deleted /var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/app/0 rw shared:4 - fuse.rclone s3:shared rw\n",
+			want: []SubpathBind{{Path: "/var/lib/kubelet/pods/uid-a/volume-subpaths/pv-a/app/0", Root: "/session", Device: "0:50", Unlinked: true}},
 		},
 		{
 			name:      "target not published: no device to match",

@@ -299,7 +299,7 @@ sleep 3600`})
 				// kubelet made, not the driver: its repair is tracked apart.
 				if !e.recoveredWithin(ctx, d.name, since, time.Minute, "sub") {
 					subRecovers = false
-					t.Logf("SKIP: the subPath pod did not recover after %s: subPath repair is worked on apart; here the kubelet's bind shows the root /session//deleted in mountinfo (the FUSE dentry was dropped, the directory exists), which pkg/mounter's subpathBinds leaves out as deleted", d.name)
+					t.Logf("SKIP: the subPath pod did not recover after %s: the session pod looked its directory up through the dead mount, so the kernel dropped that dentry (mountinfo shows the bind's root as /session//deleted) and mount(2) refuses to stack a repair on it; only mounts that never die (mount pods) avoid this. The driver logs it and counts csi_rclone_subpath_unrepairable_total", d.name)
 				}
 			}
 			ids := map[string]string{"session": uids["session"], "second": uids["second"]}
