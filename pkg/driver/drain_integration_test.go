@@ -110,7 +110,7 @@ func TestUnstageKeepsCacheOfDeadWorker(t *testing.T) {
 	if err := e.S3.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	killWorkers(t, v.id) // before the write-back delay: not uploaded
+	killWorkers(t, v.e, v.id) // before the write-back delay: not uploaded
 	// The driver tries to mount the volume again meanwhile, and holds its
 	// lock while it does: calls may be Aborted, and the kubelet retries.
 	eventuallyWithin(t, time.Minute, "unpublish", func() error { return v.unpublish(target) })

@@ -140,24 +140,10 @@ func mounted(t *testing.T, path string) bool {
 	return false
 }
 
-// workers counts live worker processes of a volume.
-func workers(t *testing.T, volumeID string) int {
+// workers counts live worker processes of a volume of e.
+func workers(t *testing.T, e *harness.Env, volumeID string) int {
 	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	n := 0
-	for _, e := range entries {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if len(args) >= 4 && args[1] == worker.Arg && args[3] == volumeID {
-			if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && !strings.Contains(string(stat), ") Z ") {
-				n++
-			}
-		}
-	}
-	return n
+	return len(e.WorkerPIDs(volumeID))
 }
 
 // secretWith is a copy of secret with the keys and values of kv set.
@@ -212,7 +198,7 @@ func TestStagePublishTwoTargetsShareOneMount(t *testing.T) {
 	if err := v.stage(); err != nil {
 		t.Fatalf("second stage: %v", err)
 	}
-	if n := workers(t, v.id); n != 1 {
+	if n := workers(t, v.e, v.id); n != 1 {
 		t.Fatalf("%d workers, want 1", n)
 	}
 	a := v.mustPublish("pod-a", false)
@@ -261,7 +247,7 @@ func TestStagePublishTwoTargetsShareOneMount(t *testing.T) {
 	if mounted(t, v.staging) {
 		t.Fatal("staging path still mounted")
 	}
-	if n := workers(t, v.id); n != 0 {
+	if n := workers(t, v.e, v.id); n != 0 {
 		t.Fatalf("%d workers left", n)
 	}
 	if left, _ := os.ReadDir(filepath.Join(e.Dir, "cache")); len(left) != 0 {
@@ -428,7 +414,7 @@ func TestStageFailuresLeaveNothing(t *testing.T) {
 			if mounted(t, v.staging) {
 				t.Error("staging path mounted after a failed stage")
 			}
-			if n := workers(t, v.id); n != 0 {
+			if n := workers(t, v.e, v.id); n != 0 {
 				t.Errorf("%d workers left", n)
 			}
 			if left, _ := os.ReadDir(filepath.Join(e.Dir, "cache")); len(left) != 0 {
@@ -478,7 +464,7 @@ func TestVolumeStatsAndHealth(t *testing.T) {
 	if err := e.S3.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	killWorkers(t, v.id)
+	killWorkers(t, v.e, v.id)
 	eventuallyWithin(t, 20*time.Second, "health while the storage is down", func() error {
 		h, err := health()
 		if err != nil {
@@ -543,7 +529,7 @@ func TestWorkerDeathIsRepaired(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := range 2 {
-		killWorkers(t, v.id)
+		killWorkers(t, v.e, v.id)
 		start := time.Now()
 		eventuallyWithin(t, 10*time.Second, "targets readable again", func() error {
 			for _, target := range []string{a, b} {
@@ -555,7 +541,7 @@ func TestWorkerDeathIsRepaired(t *testing.T) {
 		})
 		t.Logf("round %d: targets readable %s after the kill", round, time.Since(start).Round(time.Millisecond))
 	}
-	if n := workers(t, v.id); n != 1 {
+	if n := workers(t, v.e, v.id); n != 1 {
 		t.Fatalf("%d workers, want 1", n)
 	}
 	if err := os.WriteFile(filepath.Join(b, "ro.txt"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
@@ -566,20 +552,10 @@ func TestWorkerDeathIsRepaired(t *testing.T) {
 	}
 }
 
-func killWorkers(t *testing.T, volumeID string) {
+func killWorkers(t *testing.T, e *harness.Env, volumeID string) {
 	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if len(args) >= 4 && args[1] == worker.Arg && args[3] == volumeID {
-			var pid int
-			fmt.Sscan(e.Name(), &pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+	for _, pid := range e.WorkerPIDs(volumeID) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 

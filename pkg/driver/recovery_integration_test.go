@@ -117,7 +117,7 @@ func TestStageDuringRecoveryMountsOnce(t *testing.T) {
 		t.Fatalf("stage during recovery: %v", err)
 	}
 	waitReady(t, e)
-	if n := workers(t, v.id); n != 1 {
+	if n := workers(t, v.e, v.id); n != 1 {
 		t.Fatalf("%d workers, want 1", n)
 	}
 	for _, p := range []string{v.staging, target} {
@@ -131,7 +131,7 @@ func TestStageDuringRecoveryMountsOnce(t *testing.T) {
 	if err := v.unstage(); err != nil {
 		t.Fatal(err)
 	}
-	if n := workers(t, v.id); n != 0 {
+	if n := workers(t, v.e, v.id); n != 0 {
 		t.Fatalf("%d workers after unstage, want 0", n)
 	}
 }
@@ -153,7 +153,7 @@ func TestShutdownDuringRecoveryLeavesNoWorker(t *testing.T) {
 	}
 	e.Driver.Shutdown()
 	for _, v := range vols {
-		if n := workers(t, v.id); n != 0 {
+		if n := workers(t, v.e, v.id); n != 0 {
 			t.Fatalf("%s: %d workers after Shutdown, want 0", v.id, n)
 		}
 	}
@@ -164,7 +164,7 @@ func TestShutdownDuringRecoveryLeavesNoWorker(t *testing.T) {
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
 		n := 0
 		for _, v := range vols {
-			n += workers(t, v.id)
+			n += workers(t, v.e, v.id)
 		}
 		if n > 0 {
 			break
@@ -175,7 +175,7 @@ func TestShutdownDuringRecoveryLeavesNoWorker(t *testing.T) {
 	}
 	d.Shutdown()
 	for _, v := range vols {
-		if n := workers(t, v.id); n != 0 {
+		if n := workers(t, v.e, v.id); n != 0 {
 			t.Errorf("%s: %d workers after a Shutdown during recovery, want 0", v.id, n)
 		}
 	}
@@ -192,16 +192,16 @@ func TestShutdownDuringRestartLeavesNoWorker(t *testing.T) {
 	if err := v.stage(); err != nil {
 		t.Fatal(err)
 	}
-	first := workers(t, v.id)
-	killWorkers(t, v.id)
+	first := workers(t, v.e, v.id)
+	killWorkers(t, v.e, v.id)
 	eventually(t, "the worker started again", func() error {
-		if workers(t, v.id) == 0 {
+		if workers(t, v.e, v.id) == 0 {
 			return fmt.Errorf("no worker yet")
 		}
 		return nil
 	})
 	e.Driver.Shutdown()
-	if n := workers(t, v.id); first != 1 || n != 0 {
+	if n := workers(t, v.e, v.id); first != 1 || n != 0 {
 		t.Fatalf("%d workers at first, %d after a Shutdown during the restart; want 1 and 0", first, n)
 	}
 }
@@ -275,7 +275,7 @@ func TestRecoveredRecordShapes(t *testing.T) {
 			if err := v.unstage(); err != nil {
 				t.Fatalf("unstage: %v", err)
 			}
-			if n := workers(t, v.id); n != 0 {
+			if n := workers(t, v.e, v.id); n != 0 {
 				t.Fatalf("%d workers after unstage, want 0", n)
 			}
 			if _, err := os.Stat(filepath.Join(dir, state.FileName(v.id))); !os.IsNotExist(err) {

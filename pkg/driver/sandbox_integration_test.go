@@ -15,7 +15,6 @@ import (
 
 	mount "k8s.io/mount-utils"
 
-	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/test/harness"
 	"github.com/csi-rclone/csi-rclone/test/procfs"
 )
@@ -88,30 +87,14 @@ type tenant struct {
 	cacheFile          string // a file rclone cached for it
 }
 
-// workerPID finds the one live worker of a volume in e (other test runs on
-// the machine may have volumes of the same id).
+// workerPID finds the one live worker of a volume in e.
 func workerPID(t *testing.T, e *harness.Env, volumeID string) int {
 	t.Helper()
-	bin := filepath.Join(e.Dir, "csi-rclone-worker")
-	entries, _ := os.ReadDir("/proc")
-	pid := 0
-	for _, e := range entries {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if len(args) >= 4 && args[0] == bin && args[1] == worker.Arg && args[3] == volumeID {
-			if pid != 0 {
-				t.Fatalf("two workers for %s", volumeID)
-			}
-			pid, _ = strconv.Atoi(e.Name())
-		}
+	pids := e.WorkerPIDs(volumeID)
+	if len(pids) != 1 {
+		t.Fatalf("%d workers for %s, want 1", len(pids), volumeID)
 	}
-	if pid == 0 {
-		t.Fatalf("no worker for %s", volumeID)
-	}
-	return pid
+	return pids[0]
 }
 
 // newTenant stages a volume on its own bucket and writes a file through it,

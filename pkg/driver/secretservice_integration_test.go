@@ -130,7 +130,7 @@ func writeThrough(t *testing.T, v *vol, bucket string) {
 	if err != nil || string(got) != content {
 		t.Fatalf("object in the bucket: %q, %v", got, err)
 	}
-	if mounted(t, v.staging) || workers(t, v.id) != 0 || recorded(t, v.e, v.id) {
+	if mounted(t, v.staging) || workers(t, v.e, v.id) != 0 || recorded(t, v.e, v.id) {
 		t.Fatal("mount, worker or record left after unstage")
 	}
 }
@@ -151,7 +151,7 @@ func failsCleanly(t *testing.T, v *vol, code codes.Code, secretValues ...string)
 	if mounted(t, v.staging) {
 		t.Error("staging path mounted after a failed stage")
 	}
-	if n := workers(t, v.id); n != 0 {
+	if n := workers(t, v.e, v.id); n != 0 {
 		t.Errorf("%d workers left", n)
 	}
 	if left, _ := os.ReadDir(filepath.Join(v.e.Dir, "cache")); len(left) != 0 {
@@ -253,7 +253,7 @@ func TestSecretServiceStage(t *testing.T) {
 		}
 		eventuallyWithin(t, 30*time.Second, "stage after the secret service came back", v.stage)
 		t.Cleanup(func() { v.unstage() })
-		if !mounted(t, v.staging) || workers(t, v.id) != 1 {
+		if !mounted(t, v.staging) || workers(t, v.e, v.id) != 1 {
 			t.Fatal("volume not mounted after the stage succeeded")
 		}
 		if err := v.unstage(); err != nil {

@@ -59,7 +59,7 @@ func TestTenantAttacksStartNothing(t *testing.T) {
 			if mounted(t, v.staging) {
 				t.Error("staging path mounted after a refused stage")
 			}
-			if n := workers(t, v.id); n != 0 {
+			if n := workers(t, v.e, v.id); n != 0 {
 				t.Errorf("%d workers started", n)
 			}
 			for _, dir := range []string{"cache", filepath.Join("state", "volumes")} {

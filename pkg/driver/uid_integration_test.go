@@ -67,7 +67,7 @@ func TestWorkerUIDAllocation(t *testing.T) {
 
 	err = three.stage()
 	wantCode(t, err, codes.ResourceExhausted)
-	if n := workers(t, three.id); n != 0 {
+	if n := workers(t, three.e, three.id); n != 0 {
 		t.Errorf("%d workers left by the refused stage", n)
 	}
 	if _, err := os.Stat(recordPath(filepath.Join(e.Dir, "state"), three.id)); !os.IsNotExist(err) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -112,6 +113,34 @@ func WorkerBinary(dir string) (string, error) {
 // WorkerMemoryLimit is the workers' data segment limit in tests: the
 // driver's default.
 const WorkerMemoryLimit = 2 << 30
+
+// WorkerPIDs lists the live (not zombie) worker processes of a volume that
+// this Env's driver started: matched by the worker binary's path too, since
+// other test runs on the machine use the same volume ids.
+func (e *Env) WorkerPIDs(volumeID string) []int {
+	bin := filepath.Join(e.Dir, "csi-rclone-worker")
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if len(args) < 4 || args[0] != bin || args[1] != worker.Arg || args[3] != volumeID {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat")); err != nil || strings.Contains(string(stat), ") Z ") {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
 
 // Start starts an S3 server and the driver (node and controller) under dir.
 // tweak, if not nil, may change the driver options.
