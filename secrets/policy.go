@@ -134,12 +134,9 @@ func (p *Policy) checkOption(section, typ, key, value string) error {
 	if l := p.limits(); len(value) > l.ValueBytes {
 		return invalidf("section %q: option %q is %d bytes, above the %d this cluster allows", section, key, len(value), l.ValueBytes)
 	}
-	o, ok := backendOptions(typ)[key]
-	if !ok {
-		return invalidf("section %q: %q is not an option of backend %q (options are spelled as rclone registers them)", section, key, typ)
-	}
-	if !p.optionAllowed(key) {
-		return invalidf("section %q: option %q is not allowed on this cluster", section, key)
+	o, err := p.checkName(section, typ, key)
+	if err != nil {
+		return err
 	}
 	if !p.valueAllowed(typ, key, value) {
 		return invalidf("section %q: option %q may not be %q on this cluster", section, key, strings.TrimSpace(value))
@@ -148,6 +145,33 @@ func (p *Policy) checkOption(section, typ, key, value string) error {
 		return err
 	}
 	return p.checkAddress(section, key, value)
+}
+
+// checkType: a section has a backend type that rclone knows and the policy
+// allows.
+func (p *Policy) checkType(section, typ string) error {
+	switch {
+	case typ == "":
+		return invalidf("section %q has no type", section)
+	case backendOptions(typ) == nil:
+		return invalidf("section %q: unknown backend type %q", section, typ)
+	case !p.backendAllowed(typ):
+		return invalidf("section %q: backend type %q is not allowed on this cluster", section, typ)
+	}
+	return nil
+}
+
+// checkName: key is an option that backend typ registers, spelled as
+// rclone spells it, and of no denied family.
+func (p *Policy) checkName(section, typ, key string) (backendOption, error) {
+	o, ok := backendOptions(typ)[key]
+	if !ok {
+		return o, invalidf("section %q: %q is not an option of backend %q (options are spelled as rclone registers them)", section, key, typ)
+	}
+	if !p.optionAllowed(key) {
+		return o, invalidf("section %q: option %q is not allowed on this cluster", section, key)
+	}
+	return o, nil
 }
 
 // checkSizes bounds the request before anything is parsed: each value (the
@@ -173,31 +197,16 @@ func (p *Policy) checkSizes(src Source) error {
 // a known and allowed backend and that every key, and every override the
 // secret gives for the mounted remote, is an allowed option of it.
 func (p *Policy) checkNames(cfg Config, remote string, overrides map[string]string) error {
-	check := func(section, typ, key string) error {
-		if key == "type" {
-			return nil
-		}
-		if _, ok := backendOptions(typ)[key]; !ok {
-			return invalidf("section %q: %q is not an option of backend %q (options are spelled as rclone registers them)", section, key, typ)
-		}
-		if !p.optionAllowed(key) {
-			return invalidf("section %q: option %q is not allowed on this cluster", section, key)
-		}
-		return nil
-	}
 	for _, name := range sortedKeys(cfg) {
 		typ := cfg[name]["type"]
-		if typ == "" {
-			return invalidf("section %q has no type", name)
-		}
-		if backendOptions(typ) == nil {
-			return invalidf("section %q: unknown backend type %q", name, typ)
-		}
-		if !p.backendAllowed(typ) {
-			return invalidf("section %q: backend type %q is not allowed on this cluster", name, typ)
+		if err := p.checkType(name, typ); err != nil {
+			return err
 		}
 		for _, key := range sortedKeys(cfg[name]) {
-			if err := check(name, typ, key); err != nil {
+			if key == "type" {
+				continue
+			}
+			if _, err := p.checkName(name, typ, key); err != nil {
 				return err
 			}
 		}
@@ -207,7 +216,7 @@ func (p *Policy) checkNames(cfg Config, remote string, overrides map[string]stri
 		if _, ok := backendOptions(typ)[key]; !ok {
 			return invalidf("secret key %q is neither a known key nor an option of backend %q", key, typ)
 		}
-		if err := check(remote, typ, key); err != nil {
+		if _, err := p.checkName(remote, typ, key); err != nil {
 			return err
 		}
 	}
@@ -221,14 +230,8 @@ func (p *Policy) checkConfig(cfg Config, root string) error {
 	for _, name := range sortedKeys(cfg) {
 		section := cfg[name]
 		typ := section["type"]
-		if typ == "" {
-			return invalidf("section %q has no type", name)
-		}
-		if _, err := fs.Find(typ); err != nil || backendOptions(typ) == nil {
-			return invalidf("section %q: unknown backend type %q", name, typ)
-		}
-		if !p.backendAllowed(typ) {
-			return invalidf("section %q: backend type %q is not allowed on this cluster", name, typ)
+		if err := p.checkType(name, typ); err != nil {
+			return err
 		}
 		for _, key := range sortedKeys(section) {
 			if err := p.checkOption(name, typ, key, section[key]); err != nil {
