@@ -261,6 +261,11 @@ func checkNode(t *testing.T, o *objects, c chartCase) {
 	if p.SecurityContext == nil || p.SecurityContext.Privileged == nil || !*p.SecurityContext.Privileged {
 		t.Error("node plugin not privileged")
 	}
+	// Recovery of a subPath mount may have to enter the pod's mount
+	// namespace, found through the node's /proc.
+	if !spec.HostPID {
+		t.Error("node plugin without hostPID: recovery cannot reach pods' subPath mounts")
+	}
 
 	// Every host path the plugin mounts, but its socket dir, is at the same
 	// path inside: the kubelet dir, the state and cache dirs, /dev/fuse.

@@ -23,7 +23,7 @@ var (
 	})
 	metricSubpathUnrepairable = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "csi_rclone_subpath_unrepairable_total",
-		Help: "subPath binds that recovery could not repair because the kernel dropped their directory entry while the mount was dead; the pod must be restarted.",
+		Help: "subPath binds that recovery could not repair (or not in every container that mounts them); those pods must be restarted.",
 	})
 	metricSkippedRecords = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "csi_rclone_skipped_records_total",

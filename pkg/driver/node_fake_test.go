@@ -106,6 +106,9 @@ func (f *fakeMounts) UnmountAndRemove(path string) error {
 }
 
 func (f *fakeMounts) SubpathBinds(string) ([]mounter.SubpathBind, error) { return nil, nil }
+func (f *fakeMounts) ReplaceSubpathBind(mounter.SubpathBind, string) (int, error) {
+	return 0, errors.New("no subPath binds in the fake")
+}
 
 // fakeWorker is a worker that "serves" its mount point in fakeMounts.
 type fakeWorker struct {

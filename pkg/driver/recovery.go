@@ -213,18 +213,20 @@ func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
 		if st, _ := s.m.Check(b.Path); st != mounter.Dead {
 			continue
 		}
-		if b.Unlinked {
-			// Seen on a real kubelet when another pod used the same
-			// directory through the dead mount: the kernel dropped the
-			// dentry the bind shows, and mount(2) refuses to stack on it.
-			klog.ErrorS(nil, "cannot repair a subPath bind whose directory entry the kernel dropped while the mount was dead; restart the pod",
-				"volumeID", v.id, "subPathMount", b.Path, "subPath", b.Root)
-			metricSubpathUnrepairable.Inc()
-			continue
-		}
-		if b.Within != "" {
-			klog.ErrorS(nil, "not repairing a subPath bind inside another subPath bind of the pod: the kubelet could not unmount the other one afterwards",
-				"volumeID", v.id, "subPathMount", b.Path, "within", b.Within)
+		if b.Unlinked || b.Within != "" {
+			// Stacking cannot repair these: mount(2) refuses a dropped
+			// dentry, and a bind stacked inside another subPath bind would
+			// keep the kubelet from unmounting that one. Replace the bind,
+			// and its copy in each container that mounts it.
+			n, err := s.m.ReplaceSubpathBind(b, v.stagingPath)
+			if err != nil {
+				klog.ErrorS(err, "replacing a subPath bind; the containers not reached must be restarted",
+					"volumeID", v.id, "subPathMount", b.Path, "subPath", b.Root, "containerMountsReplaced", n)
+				metricSubpathUnrepairable.Inc()
+				continue
+			}
+			klog.InfoS("subPath bind replaced", "volumeID", v.id, "subPathMount", b.Path, "readOnly", b.ReadOnly,
+				"unlinked", b.Unlinked, "within", b.Within, "containerMountsReplaced", n)
 			continue
 		}
 		if err := s.m.BindSubdir(v.stagingPath, b.Root, b.Path, b.ReadOnly); err != nil {

@@ -44,6 +44,7 @@ const statTimeout = 5 * time.Second
 type Mounter struct {
 	scratch   string
 	mountinfo string
+	proc      string // the node's /proc, to find other mount namespaces
 
 	mu     sync.Mutex
 	probes map[string]*probe // by path
@@ -52,7 +53,7 @@ type Mounter struct {
 // New prepares scratchDir (created 0700 and made a private mount of its own,
 // so that nothing bound inside it propagates anywhere).
 func New(scratchDir string) (*Mounter, error) {
-	m := &Mounter{scratch: scratchDir, mountinfo: "/proc/self/mountinfo"}
+	m := &Mounter{scratch: scratchDir, mountinfo: "/proc/self/mountinfo", proc: "/proc"}
 	if err := os.MkdirAll(scratchDir, 0o700); err != nil {
 		return nil, fmt.Errorf("scratch dir: %w", err)
 	}

@@ -23,7 +23,7 @@ type SubpathBind struct {
 	Device   string // major:minor of the filesystem it shows
 	// Unlinked: the kernel dropped the dentry this bind shows as its root
 	// (mountinfo says "//deleted"). mount(2) refuses to mount on it, so
-	// stacking cannot repair it; only the pod's restart can.
+	// stacking cannot repair it: ReplaceSubpathBind can.
 	Unlinked bool
 	// Within is the Path of another subPath bind of the pod and volume
 	// whose Root holds this one's Root, if any. A bind stacked on this one
@@ -166,25 +166,11 @@ func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // BindSubdir binds rel, a subdirectory or file of the mount at source, onto
 // target the way Bind does (private intermediate, stacked on whatever target
-// holds, read-only if asked). rel is resolved beneath source without
-// following symlinks or crossing into other mounts: a pod can write the
-// volume, and must not be able to point the bind anywhere else.
+// holds, read-only if asked). rel is resolved as openBeneath does.
 func (m *Mounter) BindSubdir(source, rel, target string, readOnly bool) error {
-	dir, err := unix.Open(source, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := openBeneath(source, rel)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", source, err)
-	}
-	defer unix.Close(dir)
-	rel = strings.TrimLeft(filepath.Clean("/"+rel), "/")
-	if rel == "" {
-		rel = "."
-	}
-	fd, err := unix.Openat2(dir, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
-	})
-	if err != nil {
-		return fmt.Errorf("open %q beneath %s: %w", rel, source, err)
+		return err
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t

@@ -210,27 +210,32 @@ func TestRecovery(t *testing.T) {
 	side := startContainer(t, e, "g", sideMount)
 	ctrE := startContainer(t, e, "e", targets["pod-d"])
 	// And a third container mounts one file, read-only, as configs often
-	// are; and one inside d's subPath, which recovery leaves dead (see
-	// mounter.SubpathBind.Within) so that the kubelet can still clean up.
+	// are; and a fourth one file inside d's subPath, which recovery must
+	// replace rather than stack on (see mounter.SubpathBind.Within) so that
+	// the kubelet can still clean up.
 	fileMount, err := e.kubelet.BindSubPath(shared, "pod-d", "config", 0, "config.yaml")
 	if err != nil {
 		t.Fatalf("subPath bind of a file: %v", err)
 	}
-	if _, err := e.kubelet.BindSubPath(shared, "pod-d", "config", 1, "sub/seed.txt"); err != nil {
+	withinMount, err := e.kubelet.BindSubPath(shared, "pod-d", "config", 1, "sub/seed.txt")
+	if err != nil {
 		t.Fatalf("subPath bind of a file inside another subPath: %v", err)
 	}
 	f := startContainer(t, e, "f", fileMount)
 	if out, err := f.run("mount", "-o", "remount,bind,ro", f.dir); err != nil {
 		t.Fatalf("read-only file mount: %v %s", err, out)
 	}
+	h := startContainer(t, e, "h", withinMount)
 	fileReads := func(t *testing.T) {
 		t.Helper()
-		eventually(t, recoveryBound, "container f reads its file", func() error {
-			if got, err := f.read(""); err != nil || got != "config of shared" {
-				return fmt.Errorf("read %q: %v", got, err)
-			}
-			return nil
-		})
+		for ctr, want := range map[*container]string{f: "config of shared", h: "seed of shared/sub"} {
+			eventually(t, recoveryBound, "container "+ctr.name+" reads its file", func() error {
+				if got, err := ctr.read(""); err != nil || got != want {
+					return fmt.Errorf("read %q: %v", got, err)
+				}
+				return nil
+			})
+		}
 	}
 	// Where each container's files are: a bucket, or a directory in one.
 	bucketOf := map[*container]string{a: "shared", b: "shared", c: "private", d: "shared/sub", ctrE: "shared", side: "shared/sub"}
@@ -288,6 +293,41 @@ func TestRecovery(t *testing.T) {
 		if after := workerUIDs(t); !maps.Equal(after, uidsBefore) {
 			t.Errorf("worker uids %v after the restart, %v before", after, uidsBefore)
 		}
+	})
+
+	t.Run("subPath binds whose directory entries the kernel dropped", func(t *testing.T) {
+		e.driver.kill9()
+		killWorkers()
+		// Container e, which mounts the whole volume, looks the subPaths
+		// up through the dead mount: once their entries' timeout has
+		// passed, the kernel asks the dead daemon, fails, and drops them,
+		// and mount(2) refuses to stack a repair on the binds that show
+		// them. That is what a real session pod's reader does.
+		dropped := map[*container]string{d: "/sub//deleted", side: "/sub//deleted", f: "/config.yaml//deleted"}
+		crash := time.Now()
+		started := false
+		defer func() {
+			if !started { // the rest of the test needs a driver
+				e.startDriver(t)
+			}
+		}()
+		eventually(t, 10*time.Second, "the kernel drops the subPaths' dentries", func() error {
+			_, _ = ctrE.run("stat", filepath.Join(ctrE.dir, "sub"), filepath.Join(ctrE.dir, "config.yaml"), filepath.Join(ctrE.dir, "sub", "seed.txt"))
+			for ctr, root := range dropped {
+				info, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", ctr.cmd.Process.Pid))
+				if err != nil {
+					return err
+				}
+				if !strings.Contains(string(info), " "+root+" "+ctr.dir+" ") {
+					return fmt.Errorf("container %s: no mount of %s at %s yet", ctr.name, root, ctr.dir)
+				}
+			}
+			return nil
+		})
+		e.startDriver(t)
+		started = true
+		worksAgain(t, crash, "after-dentries-dropped", a, d, ctrE, side)
+		fileReads(t)
 	})
 
 	t.Run("one worker killed", func(t *testing.T) {
@@ -382,7 +422,7 @@ func TestRecovery(t *testing.T) {
 	})
 
 	t.Run("unpublishing a pod with a subPath leaves the others working", func(t *testing.T) {
-		for _, ctr := range []*container{d, ctrE, f, side} {
+		for _, ctr := range []*container{d, ctrE, f, side, h} {
 			ctr.stop()
 		}
 		if err := e.kubelet.Unpublish(ctx, shared, "pod-d"); err != nil {

@@ -358,28 +358,3 @@ func driverPID() int {
 	return 0
 }
 
-// recoveredWithin is recovered for one pod that may not recover: false
-// when it has not within timeout.
-func (e *env) recoveredWithin(ctx context.Context, what string, since float64, timeout time.Duration, pod string) bool {
-	at := uptime()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		lines := e.logs(ctx, pod)
-		n := 0
-		for _, l := range lines {
-			if l.at > at && l.ok {
-				n++
-			}
-		}
-		if n >= 3 && lines[len(lines)-1].ok {
-			in := measure(lines, since)
-			e.t.Logf("%s: pod %s: longest interruption %s, %d failed operations %s", what, pod, in.longest.Round(10*time.Millisecond), in.failed, in.firstFail)
-			return true
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if lines := e.logs(ctx, pod); len(lines) > 0 {
-		e.t.Logf("pod %s, last try: %s", pod, lines[len(lines)-1].text)
-	}
-	return false
-}
