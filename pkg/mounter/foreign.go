@@ -19,10 +19,10 @@ import (
 // repaired from outside: mount(2) refuses to stack on it (ENOENT), and the
 // container's own copy of it has the same dropped root. What works is to go
 // where the container sees it: enter the container's mount namespace,
-// detach the dead mount there, and put a clone of the live staging mount's
-// subdirectory in its place, mounted on the container's own directory
-// rather than on the dead FUSE dentry. This needs the node's PID namespace
-// (the chart runs the node plugin with hostPID) to find the containers.
+// detach the dead mount there, and put in its place a clone of a fresh bind
+// of the same subdirectory, mounted on the container's own directory rather
+// than on the dead FUSE dentry. This needs the node's PID namespace (the
+// chart runs the node plugin with hostPID) to find the containers.
 
 // ForeignMount is a mount in another mount namespace, as the processes of
 // that namespace see it.

@@ -297,6 +297,7 @@ sleep 3600`})
 			// pod has looked its directory up through the dead mount,
 			// only from inside the pod's mount namespace).
 			e.recovered(ctx, d.name, since, "session", "second", "sub")
+			e.logSubpathRepairs(ctx, d.name)
 			ids := map[string]string{"session": uids["session"], "second": uids["second"], "sub": uids["sub"]}
 			e.notRestarted(ctx, ids)
 		})
@@ -520,4 +521,24 @@ func secretServicePodIP(ctx context.Context, e *env) string {
 		return false, fmt.Errorf("%d pods", len(pods.Items))
 	})
 	return ip
+}
+
+// logSubpathRepairs reports how the node plugin repaired the subPath pod's
+// mount: stacked on the kubelet's bind, or replaced in the pod's mount
+// namespace (when the kernel had dropped the directory entry).
+func (e *env) logSubpathRepairs(ctx context.Context, what string) {
+	p := nodePluginPod(ctx, e)
+	if p == nil {
+		return
+	}
+	data, err := e.client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "csi-rclone"}).DoRaw(ctx)
+	if err != nil {
+		e.t.Logf("%s: node plugin logs: %v", what, err)
+		return
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, "subPath bind") {
+			e.t.Logf("%s: %s", what, l[strings.Index(l, "]")+1:])
+		}
+	}
 }
