@@ -357,4 +357,3 @@ func driverPID() int {
 	}
 	return 0
 }
-
