@@ -16,6 +16,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -43,12 +45,33 @@ func decode(name, text string) ([]runtime.Object, error) {
 		if j, err := yaml.YAMLToJSON(doc); err == nil && bytes.Equal(bytes.TrimSpace(j), []byte("null")) {
 			continue
 		}
-		obj, _, err := strict.Decode(doc, nil, nil)
+		obj, err := decodeDoc(doc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
 		}
 		objs = append(objs, obj)
 	}
+}
+
+// unvendored are the API groups whose types are not in client-go's scheme
+// (the Prometheus Operator's): their objects decode as unstructured, still
+// with a check of every field that the tests read.
+var unvendored = map[string]bool{"monitoring.coreos.com/v1": true}
+
+func decodeDoc(doc []byte) (runtime.Object, error) {
+	var meta metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &meta); err != nil {
+		return nil, err
+	}
+	if unvendored[meta.APIVersion] {
+		u := &unstructured.Unstructured{}
+		if err := yaml.UnmarshalStrict(doc, &u.Object); err != nil {
+			return nil, err
+		}
+		return u, nil
+	}
+	obj, _, err := strict.Decode(doc, nil, nil)
+	return obj, err
 }
 
 // objects are decoded manifests, by type.
@@ -69,6 +92,7 @@ type objects struct {
 	pvs             []*corev1.PersistentVolume
 	pods            []*corev1.Pod
 	netpols         []*networkingv1.NetworkPolicy
+	unstructured    []*unstructured.Unstructured // of the unvendored groups
 }
 
 func decodeFiles(t *testing.T, files map[string]string) *objects {
@@ -119,6 +143,8 @@ func (o *objects) add(t *testing.T, file string, obj runtime.Object) {
 		o.pods = append(o.pods, v)
 	case *networkingv1.NetworkPolicy:
 		o.netpols = append(o.netpols, v)
+	case *unstructured.Unstructured:
+		o.unstructured = append(o.unstructured, v)
 	default:
 		t.Fatalf("%s: unexpected %T", file, obj)
 	}

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
@@ -238,7 +237,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(lis) }()
 	if d.opts.MetricsAddress != "" {
-		ms := &http.Server{Addr: d.opts.MetricsAddress, Handler: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		ms := &http.Server{Addr: d.opts.MetricsAddress, Handler: d.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- ms.ListenAndServe() }()
 		defer ms.Close()
 	}

@@ -47,6 +47,8 @@ type stagedVolume struct {
 	recovered chan struct{}
 	started   time.Time // when the current worker mounted
 	failures  int       // deaths and failed mounts in a row, for backoff
+	// For the per-volume metrics (volume_metrics.go).
+	recoveries, restarts int
 }
 
 type nodeServer struct {

@@ -128,6 +128,7 @@ func (s *nodeServer) restore(ctx context.Context, v *stagedVolume) error {
 	}
 	s.mu.Lock()
 	v.started = time.Now()
+	v.recoveries++
 	proc := v.proc
 	s.mu.Unlock()
 	repaired := s.repairTargets(v)
@@ -264,6 +265,7 @@ func (s *nodeServer) keepMounted(ctx context.Context, v *stagedVolume, proc moun
 				v.failures++
 			}
 			v.health = "the mount worker exited"
+			v.restarts++
 		}
 		wait := backoff(v.failures)
 		s.mu.Unlock()

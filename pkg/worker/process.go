@@ -285,7 +285,7 @@ func (p *Process) Drain(ctx context.Context, d time.Duration) error {
 		d = min(d, time.Until(deadline)-answerMargin)
 	}
 	d = max(d, 0)
-	id, answer, err := p.send(command{Op: "drain", TimeoutMS: d.Milliseconds()})
+	id, answer, err := p.send(command{Op: opDrain, TimeoutMS: d.Milliseconds()})
 	if err != nil {
 		return fmt.Errorf("%w: the worker is gone", ErrMount)
 	}

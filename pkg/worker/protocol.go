@@ -9,9 +9,11 @@
 // gave up on. "drain" waits until no file is open, none is dirty and no
 // upload is queued; the parent then unmounts, and the worker exits when the
 // kernel ends the FUSE session, with a last "exit" event that says how many
-// files it leaves in the cache not uploaded. When stdin reaches EOF the
-// parent is gone, and the worker exits at once: the mount goes dead and the
-// driver, when it comes back, mounts the volume again.
+// files it leaves in the cache not uploaded. "stats" answers at once with
+// the volume's numbers (bytes to and from the remote, cache, uploads) for
+// the driver's metrics. When stdin reaches EOF the parent is gone, and the
+// worker exits at once: the mount goes dead and the driver, when it comes
+// back, mounts the volume again.
 package worker
 
 import (
@@ -48,11 +50,17 @@ func (s Spec) String() string {
 // command is a parent → worker line after the Spec.
 type command struct {
 	ID uint64 `json:"id"`
-	Op string `json:"op"` // "drain"
+	Op string `json:"op"` // opDrain or opStats
 	// TimeoutMS bounds how long the worker waits before it answers; a drain
 	// goes on after it has answered "pending".
 	TimeoutMS int64 `json:"timeoutMs,omitempty"`
 }
+
+// Commands.
+const (
+	opDrain = "drain"
+	opStats = "stats" // answered with evStats at once
+)
 
 // Event types.
 const (
@@ -61,6 +69,7 @@ const (
 	evPending = "pending" // a drain's timeout passed with work left
 	evDrained = "drained" // nothing open, dirty or queued: safe to unmount
 	evExit    = "exit"    // the worker's last word (no id)
+	evStats   = "stats"   // the answer to opStats
 )
 
 // event is a worker → parent line.
@@ -72,6 +81,7 @@ type event struct {
 	Kind    string `json:"kind,omitempty"`
 	Message string `json:"message,omitempty"`
 	Work    Work   `json:"work"`
+	Stats   *Stats `json:"stats,omitempty"`
 }
 
 // Work is what keeps a volume from being drained.

@@ -77,6 +77,8 @@ func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, dec *json.D
 	}()
 
 	drains := &drainer{work: func() Work { return vfsWork(mnt.VFS) }, expedite: expedite, poll: drainPoll}
+	counts := newTally()
+	go counts.run(ctx)
 	var drained atomic.Bool
 	for {
 		select {
@@ -95,7 +97,12 @@ func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, dec *json.D
 				return errors.New("parent gone")
 			}
 			switch c.Op {
-			case "drain":
+			case opStats:
+				go func() {
+					st := volumeStats(mnt.VFS, counts, spec.CacheDir)
+					send(event{ID: c.ID, Type: evStats, Stats: &st})
+				}()
+			case opDrain:
 				go func() {
 					if drains.wait(ctx, time.Duration(c.TimeoutMS)*time.Millisecond) {
 						drained.Store(true)
