@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 // examples set.
 const platformValues = `
 node:
+  events: true
   metrics:
     enabled: true
     port: 9191
@@ -99,5 +101,64 @@ func TestChartServiceMonitor(t *testing.T) {
 	}
 	if _, err := deploy.Render(chartDir, []byte("node: {metrics: {serviceMonitor: {enabled: true}}}"), deploy.ReleaseNamespace); err == nil {
 		t.Error("a ServiceMonitor without node.metrics.enabled rendered")
+	}
+}
+
+// With node.events the node plugin gets its API token and, bound to its
+// ServiceAccount only, create and patch on Events, and nothing else; the
+// kubelet passes it the pod's name (podInfoOnMount).
+func TestChartEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values string
+		on     bool
+	}{
+		{"defaults", "", false},
+		{"events", platformValues, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := decodeFiles(t, render(t, tc.values))
+			spec := nodeSpec(t, o)
+			sa := spec.ServiceAccountName
+			p := container(spec, "csi-rclone")
+			if ok := slices.Contains(p.Args, "--events"); ok != tc.on {
+				t.Errorf("--events in the args: %t, want %t", ok, tc.on)
+			}
+			if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != tc.on {
+				t.Errorf("automountServiceAccountToken %v, want %t", spec.AutomountServiceAccountToken, tc.on)
+			}
+			if d := o.csiDrivers[0].Spec; d.PodInfoOnMount == nil || *d.PodInfoOnMount != tc.on {
+				t.Errorf("podInfoOnMount %v, want %t", d.PodInfoOnMount, tc.on)
+			}
+			var granted []string
+			for _, b := range o.clusterBindings {
+				for _, s := range b.Subjects {
+					if s.Kind != "ServiceAccount" || s.Name != sa {
+						continue
+					}
+					if len(b.Subjects) != 1 {
+						t.Errorf("ClusterRoleBinding %s binds %+v beside the node plugin", b.Name, b.Subjects)
+					}
+					for _, r := range o.clusterRoles {
+						if r.Name != b.RoleRef.Name {
+							continue
+						}
+						for _, rule := range r.Rules {
+							granted = append(granted, fmt.Sprintf("%v %v %v %v", rule.APIGroups, rule.Resources, rule.Verbs, rule.ResourceNames))
+						}
+					}
+				}
+			}
+			for _, b := range o.bindings {
+				checkNotBound(t, "RoleBinding "+b.Name, b.Subjects, sa)
+			}
+			want := "[]"
+			if tc.on {
+				want = "[[] [events] [create patch] []]"
+			}
+			if fmt.Sprint(granted) != want {
+				t.Errorf("the node plugin may %v, want %s", granted, want)
+			}
+		})
 	}
 }

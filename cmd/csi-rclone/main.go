@@ -64,6 +64,7 @@ func run(args []string) error {
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", driver.DefaultDrainTimeout, "how long NodeUnstageVolume waits for open files and pending uploads before it answers Unavailable (the uploads go on; the kubelet retries); keep it under the kubelet's 2-minute CSI call timeout")
 	fl.StringVar(&opts.MetricsAddress, "metrics-address", "", "serve Prometheus metrics on this address (e.g. :9090); empty: off")
 	fl.IntVar(&opts.RecoveryConcurrency, "recovery-concurrency", 4, "how many volumes are mounted again at once after a restart")
+	events := fl.Bool("events", false, "record Events (VolumeRecovering, VolumeRecovered) on the pods of a volume that is mounted again, through the in-cluster API; needs create and patch on events, and podInfoOnMount in the CSIDriver")
 	opts.WorkerUIDs = driver.DefaultWorkerUIDs
 	fl.Func("worker-uid-range", fmt.Sprintf("uids set aside for the mount workers, FIRST-LAST or FIRST+COUNT: each staged volume's worker runs as one of its own (gid the same number); no user or pod may run as them (default %s)", driver.DefaultWorkerUIDs),
 		func(s string) (err error) { opts.WorkerUIDs, err = uidpool.ParseRange(s); return err })
@@ -91,6 +92,14 @@ func run(args []string) error {
 		opts.Worker.MemoryLimit = int64(tenant.workerMemory)
 	}
 
+	if *events {
+		rec, stopEvents, err := driver.InClusterEventRecorder(opts.DriverName, opts.NodeID)
+		if err != nil {
+			return err
+		}
+		defer stopEvents()
+		opts.Events = rec
+	}
 	d, err := driver.New(opts)
 	if err != nil {
 		return err

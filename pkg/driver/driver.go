@@ -90,6 +90,9 @@ type Options struct {
 	// ProbeTimeout bounds NodeGetVolumeStats and NodeGetVolumeHealth: a
 	// mount that does not answer statfs by then is reported not answering.
 	ProbeTimeout time.Duration
+	// Events, when set, records Kubernetes Events on the pods of a volume
+	// that is being mounted again (events.go); nil: none.
+	Events EventRecorder
 }
 
 func (o *Options) setDefaults() {

@@ -624,6 +624,7 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if st == mounter.Mounted {
 		ro, rerr := s.m.IsReadOnly(target)
 		if rerr == nil && ro == readOnly {
+			s.recordPod(v, target, req.GetVolumeContext())
 			if err := s.setTarget(v, target, readOnly, true); err != nil {
 				return nil, err
 			}
@@ -640,6 +641,7 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err := s.m.Bind(v.stagingPath, target, readOnly); err != nil {
 		return nil, status.Errorf(codes.Internal, "publishing: %v", err)
 	}
+	s.recordPod(v, target, req.GetVolumeContext())
 	if err := s.setTarget(v, target, readOnly, true); err != nil {
 		_ = s.m.UnmountAndRemove(target)
 		return nil, err
@@ -662,6 +664,7 @@ func (s *nodeServer) setTarget(v *stagedVolume, target string, readOnly, add boo
 		v.rec.Targets[target] = readOnly
 	} else {
 		delete(v.rec.Targets, target)
+		delete(v.rec.Pods, target)
 	}
 	if err := s.store.Save(v.rec); err != nil {
 		return status.Errorf(codes.Internal, "recording target: %v", err)

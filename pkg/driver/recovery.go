@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 
@@ -77,6 +78,7 @@ func (s *nodeServer) recoverAll(ctx context.Context, vols []*stagedVolume) {
 				return
 			}
 			defer func() { <-sem }()
+			s.tellPods(v, corev1.EventTypeWarning, ReasonRecovering, "the node plugin restarted; mounting the volume again")
 			err = s.restore(ctx, v) // no worker of ours serves it: mount anew
 		})
 		if !started {
@@ -124,6 +126,7 @@ func (s *nodeServer) restore(ctx context.Context, v *stagedVolume) error {
 		s.mu.Unlock()
 		metricRecoveries.WithLabelValues("failure").Inc()
 		klog.ErrorS(err, "mounting volume again failed", "volumeID", v.id)
+		s.tellPods(v, corev1.EventTypeWarning, ReasonRecovering, "%s; trying again", userMessage("mounting again failed", err))
 		return err
 	}
 	s.mu.Lock()
@@ -137,6 +140,7 @@ func (s *nodeServer) restore(ctx context.Context, v *stagedVolume) error {
 	metricRecoveries.WithLabelValues("success").Inc()
 	metricRecoverySeconds.Observe(took.Seconds())
 	klog.InfoS("volume mounted again", "volumeID", v.id, "stagingPath", v.stagingPath, "targetsRepaired", repaired, "duration", took, "workerPID", proc.Pid())
+	s.tellPods(v, corev1.EventTypeNormal, ReasonRecovered, "mounted again in %s, %d target(s) repaired", took.Round(time.Millisecond), repaired)
 	return nil
 }
 
@@ -275,6 +279,7 @@ func (s *nodeServer) keepMounted(ctx context.Context, v *stagedVolume, proc moun
 		if first && proc != nil {
 			metricWorkerRestarts.Inc()
 			klog.ErrorS(nil, "mount worker died; mounting the volume again", "volumeID", v.id, "workerPID", proc.Pid(), "in", wait)
+			s.tellPods(v, corev1.EventTypeWarning, ReasonRecovering, "the mount worker died; mounting the volume again")
 		}
 		if !sleep(ctx, wait) {
 			return

@@ -48,10 +48,21 @@ type Volume struct {
 	Context     map[string]string `json:"context,omitempty"`
 	// Targets maps each published target path to its read-only flag.
 	Targets map[string]bool `json:"targets,omitempty"`
+	// Pods maps a target to the pod it was published for, as far as the
+	// kubelet said (the uid from the path, the name and namespace with
+	// podInfoOnMount): recovery tells them with Events.
+	Pods map[string]Pod `json:"pods,omitempty"`
 	// WorkerUID is the uid (and gid) the volume's mount worker runs as, and
 	// that owns its cache dir: recovery keeps it. 0 in records written
 	// before workers had a uid each; the driver then allocates one.
 	WorkerUID int `json:"workerUID,omitempty"`
+}
+
+// Pod is a pod a volume is published for.
+type Pod struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	UID       string `json:"uid,omitempty"`
 }
 
 // Store keeps records in a directory.
