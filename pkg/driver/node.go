@@ -581,10 +581,11 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
-// NodePublishVolume bind-mounts the staging path onto the target. It never
-// starts rclone. A dead bind left at the target is repaired by stacking a
-// fresh one on top, which reaches containers holding a copy of the target.
-func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+// publish bind-mounts the staging path onto the target (NodePublishVolume
+// of a staged volume; see ephemeral.go). It never starts rclone. A dead bind
+// left at the target is repaired by stacking a fresh one on top, which
+// reaches containers holding a copy of the target.
+func (s *nodeServer) publish(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, staging, target := req.GetVolumeId(), req.GetStagingTargetPath(), req.GetTargetPath()
 	switch {
 	case id == "":
@@ -672,9 +673,10 @@ func (s *nodeServer) setTarget(v *stagedVolume, target string, readOnly, add boo
 	return nil
 }
 
-// NodeUnpublishVolume unmounts every layer at the target and removes it. It
-// never stats through the mount, so a dead or hung one cannot block it.
-func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+// unpublish unmounts every layer at the target and removes it
+// (NodeUnpublishVolume; see ephemeral.go). It never stats through the
+// mount, so a dead or hung one cannot block it.
+func (s *nodeServer) unpublish(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is required")
