@@ -12,16 +12,9 @@ import (
 	"github.com/csi-rclone/csi-rclone/deploy"
 )
 
-// The values of the platform features, all on: what the README's
-// examples set.
-const platformValues = `
-node:
-  events: true
-  metrics:
-    enabled: true
-    port: 9191
-    serviceMonitor: {enabled: true, interval: 15s, labels: {release: kube-prometheus-stack}}
-`
+// platformValues turn metrics, the ServiceMonitor and Events on: the
+// monitoring example's values.
+var platformValues = readFile("examples/monitoring/values.yml")
 
 func serviceMonitors(o *objects) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
