@@ -47,7 +47,8 @@ const (
 
 // values are the chart's values for this cluster: images imported here,
 // no registrar or livenessprobe images (the driver does their jobs), the
-// reference secret service, the node's dirs in the cluster's work dir.
+// reference secret service, the node's dirs in the cluster's work dir,
+// Events on pods and inline volumes.
 // There is no cluster DNS or kube-proxy: the node plugin reaches the secret
 // service at its pod IP (secretServiceEndpoint), plaintext as the chart
 // allows for tests.
@@ -60,10 +61,12 @@ sidecars:
   pullPolicy: Never
 node:
   sidecars: false
+  events: true
   stateDir: %s
   cacheDir: %s
 controller:
   sidecars: false
+inlineVolumes: {enabled: true}
 logLevel: 3
 secretService:
   endpoint: %q
@@ -291,6 +294,7 @@ sleep 3600`})
 		t.Run(d.name, func(t *testing.T) {
 			e := &env{t: t, c: c, client: c.Client}
 			since := uptime()
+			sinceWall := time.Now()
 			d.do(t, e)
 			// The subPath pod's mount is a bind the kubelet made of the
 			// target, which the driver repairs apart (and, once the session
@@ -298,10 +302,18 @@ sleep 3600`})
 			// only from inside the pod's mount namespace).
 			e.recovered(ctx, d.name, since, "session", "second", "sub")
 			e.logSubpathRepairs(ctx, d.name)
+			recovering, recovered := e.recoveryEvents(ctx, "session", sinceWall)
+			t.Logf("events: VolumeRecovering %q, VolumeRecovered %q", recovering, recovered)
 			ids := map[string]string{"session": uids["session"], "second": uids["second"], "sub": uids["sub"]}
 			e.notRestarted(ctx, ids)
 		})
 	}
+
+	t.Run("inline volume", func(t *testing.T) {
+		e := &env{t: t, c: c, client: c.Client}
+		inlineVolume(ctx, t, e, s3server.RcloneConfig("store", s3.Endpoint, accessKey, encrypt(t, pub, s3.Endpoint, secretKey)),
+			func(key string) string { return s3.Object(bucket, key) })
+	})
 
 	t.Run("bad credentials", func(t *testing.T) {
 		e := &env{t: t, c: c, client: c.Client}
