@@ -113,6 +113,23 @@ func TestVolumeMetricsMove(t *testing.T) {
 		return nil
 	})
 
+	// Scrapes at once (two Prometheus replicas) share the worker's answer.
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			vals, _, err := volumeSeries(addr, v.id)
+			if err == nil && vals["csi_rclone_volume_up"] != 1 {
+				err = fmt.Errorf("up = %v", vals["csi_rclone_volume_up"])
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent scrape: %v", err)
+		}
+	}
+
 	got, err := os.ReadFile(filepath.Join(target, "seed.bin"))
 	if err != nil || !bytes.Equal(got, seed) {
 		t.Fatalf("read %d bytes, %v", len(got), err)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/rclone/rclone/cmd/mountlib"
 	"github.com/rclone/rclone/fs"
 	"github.com/rclone/rclone/fs/config"
@@ -79,6 +81,7 @@ func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, dec *json.D
 	drains := &drainer{work: func() Work { return vfsWork(mnt.VFS) }, expedite: expedite, poll: drainPoll}
 	counts := newTally()
 	go counts.run(ctx)
+	var gather singleflight.Group
 	var drained atomic.Bool
 	for {
 		select {
@@ -98,9 +101,14 @@ func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, dec *json.D
 			}
 			switch c.Op {
 			case opStats:
+				// Stats asked for while a gathering runs share its result:
+				// on a hung VFS, scrapes do not pile up gatherings.
 				go func() {
-					st := volumeStats(mnt.VFS, counts, spec.CacheDir)
-					send(event{ID: c.ID, Type: evStats, Stats: &st})
+					st, _, _ := gather.Do("stats", func() (any, error) {
+						return volumeStats(mnt.VFS, counts, spec.CacheDir), nil
+					})
+					stats := st.(Stats)
+					send(event{ID: c.ID, Type: evStats, Stats: &stats})
 				}()
 			case opDrain:
 				go func() {
