@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-rclone/csi-rclone/pkg/driver"
+	"github.com/csi-rclone/csi-rclone/pkg/mounter"
 	"github.com/csi-rclone/csi-rclone/pkg/provision"
 	"github.com/csi-rclone/csi-rclone/pkg/uidpool"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
@@ -29,6 +30,9 @@ func main() {
 	}
 	if provision.IsInvocation(os.Args) {
 		provision.Main()
+	}
+	if mounter.IsReplaceInvocation(os.Args) {
+		mounter.ReplaceMain()
 	}
 	if len(os.Args) > 1 && os.Args[1] == "version" {
 		fmt.Println(version)

@@ -106,7 +106,7 @@ func (f *fakeMounts) UnmountAndRemove(path string) error {
 }
 
 func (f *fakeMounts) SubpathBinds(string) ([]mounter.SubpathBind, error) { return nil, nil }
-func (f *fakeMounts) ReplaceSubpathBind(mounter.SubpathBind, string) (int, error) {
+func (f *fakeMounts) ReplaceSubpathBind(context.Context, mounter.SubpathBind, string) (int, error) {
 	return 0, errors.New("no subPath binds in the fake")
 }
 

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/csi-rclone/csi-rclone/pkg/driver"
+	"github.com/csi-rclone/csi-rclone/pkg/mounter"
 	"github.com/csi-rclone/csi-rclone/pkg/provision"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/test/harness"
@@ -34,6 +35,9 @@ func TestMain(m *testing.M) {
 	}
 	if provision.IsInvocation(os.Args) {
 		provision.Main()
+	}
+	if mounter.IsReplaceInvocation(os.Args) {
+		mounter.ReplaceMain()
 	}
 	os.Exit(m.Run())
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -214,6 +216,11 @@ func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
 		klog.ErrorS(err, "looking for subPath binds", "volumeID", v.id, "targetPath", target)
 		return
 	}
+	// Outer binds first: a path to an inner one's copy goes through the
+	// outer one's.
+	slices.SortStableFunc(binds, func(a, b mounter.SubpathBind) int {
+		return strings.Count(a.Root, "/") - strings.Count(b.Root, "/")
+	})
 	for _, b := range binds {
 		if st, _ := s.m.Check(b.Path); st != mounter.Dead {
 			continue
@@ -223,7 +230,9 @@ func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
 			// dentry, and a bind stacked inside another subPath bind would
 			// keep the kubelet from unmounting that one. Replace the bind,
 			// and its copy in each container that mounts it.
-			n, err := s.m.ReplaceSubpathBind(b, v.stagingPath)
+			// Bounded: each container's copy is replaced by a helper
+			// process killed after mounter.ReplaceTimeout.
+			n, err := s.m.ReplaceSubpathBind(context.Background(), b, v.stagingPath)
 			if err != nil {
 				klog.ErrorS(err, "replacing a subPath bind; the containers not reached must be restarted",
 					"volumeID", v.id, "subPathMount", b.Path, "subPath", b.Root, "containerMountsReplaced", n)

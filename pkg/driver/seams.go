@@ -24,7 +24,7 @@ type mountTable interface {
 	Unmount(path string) error
 	UnmountAndRemove(path string) error
 	SubpathBinds(target string) ([]mounter.SubpathBind, error)
-	ReplaceSubpathBind(b mounter.SubpathBind, source string) (int, error)
+	ReplaceSubpathBind(ctx context.Context, b mounter.SubpathBind, source string) (int, error)
 }
 
 // mountWorker is one volume's running worker: *worker.Process.

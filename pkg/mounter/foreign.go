@@ -2,14 +2,18 @@ package mounter
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 	mount "k8s.io/mount-utils"
@@ -23,6 +27,13 @@ import (
 // of the same subdirectory, mounted on the container's own directory rather
 // than on the dead FUSE dentry. This needs the node's PID namespace (the
 // chart runs the node plugin with hostPID) to find the containers.
+//
+// The work in a namespace runs in a short-lived child process of the same
+// binary (ReplaceArg), never in a thread of the driver: a thread that entered
+// another namespace must end, and a thread that ends sends its children
+// their parent-death signal (the mount workers); and a path in a tenant's
+// container can lead into a FUSE server of the tenant's that never answers,
+// where only a process the driver can kill at a deadline is safe.
 
 // ForeignMount is a mount in another mount namespace, as the processes of
 // that namespace see it.
@@ -41,12 +52,20 @@ type ForeignMount struct {
 }
 
 // ForeignMounts lists, in every mount namespace of the node but the
-// caller's, the mounts that show root of a filesystem with one of devices
-// ("major:minor") and that nothing covers. procDir is /proc, which must be
-// the node's (hostPID) for other pods' containers to be seen. Processes
-// that exit meanwhile are skipped.
+// caller's that the node's own user namespace owns, the mounts that show
+// root of a filesystem with one of devices ("major:minor") and that nothing
+// covers. procDir is /proc, which must be the node's (hostPID) for other
+// pods' containers to be seen. Processes that exit meanwhile are skipped.
+//
+// A namespace that a user namespace of a tenant owns is left out: the
+// tenant made those mounts itself, and the kernel's locks on them (a
+// read-only flag it may not clear) would not carry over to a clone.
 func ForeignMounts(procDir string, devices map[string]bool, root string) ([]ForeignMount, error) {
-	self, err := nsInode(filepath.Join(procDir, "self"))
+	self, err := nsInode(filepath.Join(procDir, "self"), "mnt")
+	if err != nil {
+		return nil, err
+	}
+	nodeUserNS, err := nsInode(filepath.Join(procDir, "self"), "user")
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +73,14 @@ func ForeignMounts(procDir string, devices map[string]bool, root string) ([]Fore
 	if err != nil {
 		return nil, err
 	}
-	seen := map[uint64]bool{self: true}
+	eligible := map[uint64]bool{self: false}
+	type view struct{ ns, rootDev, rootIno uint64 }
+	seenView := map[view]bool{}
+	type mountKey struct {
+		ns uint64
+		id int
+	}
+	seenMount := map[mountKey]bool{}
 	var out []ForeignMount
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -62,16 +88,40 @@ func ForeignMounts(procDir string, devices map[string]bool, root string) ([]Fore
 			continue
 		}
 		dir := filepath.Join(procDir, e.Name())
-		ns, err := nsInode(dir)
-		if err != nil || seen[ns] {
+		ns, err := nsInode(dir, "mnt")
+		if err != nil {
 			continue
 		}
+		ok, known := eligible[ns]
+		if !known {
+			ok = ownedBy(filepath.Join(dir, "ns", "mnt"), nodeUserNS)
+			eligible[ns] = ok
+		}
+		if !ok {
+			continue
+		}
+		// Processes of one namespace see the same table, unless one is
+		// chrooted (it sees only what is under its root): one read per
+		// root.
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, "root"), &st); err != nil {
+			continue
+		}
+		v := view{ns, st.Dev, st.Ino}
+		if seenView[v] {
+			continue
+		}
+		seenView[v] = true
 		infos, err := mount.ParseMountInfo(filepath.Join(dir, "mountinfo"))
 		if err != nil {
 			continue // exited, or a kernel thread
 		}
-		seen[ns] = true
 		for _, fm := range uncovered(infos, devices, root) {
+			k := mountKey{ns, fm.Layers[0]}
+			if seenMount[k] {
+				continue
+			}
+			seenMount[k] = true
 			fm.PID, fm.Namespace = pid, ns
 			out = append(out, fm)
 		}
@@ -79,43 +129,69 @@ func ForeignMounts(procDir string, devices map[string]bool, root string) ([]Fore
 	return out, nil
 }
 
+// ownedBy says whether the namespace at nsPath belongs to the user
+// namespace whose inode is userNS.
+func ownedBy(nsPath string, userNS uint64) bool {
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	owner, err := unix.IoctlRetInt(fd, unix.NS_GET_USERNS)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(owner)
+	var st unix.Stat_t
+	return unix.Fstat(owner, &st) == nil && st.Ino == userNS
+}
+
 // uncovered picks from a namespace's mount table the mounts of one of
 // devices showing root (dropped or not) that a process there reaches by
 // path: nothing is mounted on them at their mount point, and no mount on
 // any mount below them hides the way there. The others are hidden under a
 // repair that propagated there. Each comes with the layers of devices'
-// mounts it is stacked on at the same point.
+// mounts it is stacked on at the same point. It takes time linear in the
+// table times the depth of paths, whatever a tenant mounted.
 func uncovered(infos []mount.MountInfo, devices map[string]bool, root string) []ForeignMount {
-	byID := map[int]mount.MountInfo{}
-	children := map[int][]mount.MountInfo{}
+	type at struct {
+		parent int
+		point  string
+	}
+	byID := make(map[int]mount.MountInfo, len(infos))
+	children := make(map[at][]int, len(infos)) // mounts on parent at point
 	for _, mi := range infos {
 		byID[mi.ID] = mi
 		if mi.ParentID != mi.ID {
-			children[mi.ParentID] = append(children[mi.ParentID], mi)
+			k := at{mi.ParentID, mi.MountPoint}
+			children[k] = append(children[k], mi.ID)
 		}
 	}
-	// hides: another mount on parent at cur's mount point or above it. It
-	// must have come after cur (cur would be on it otherwise).
-	hides := func(parent int, cur mount.MountInfo) bool {
-		for _, q := range children[parent] {
-			if q.ID != cur.ID && (q.MountPoint == cur.MountPoint || below(cur.MountPoint, q.MountPoint)) {
-				return true
+	// hidden: another mount on parent at cur's mount point or at a
+	// directory above it (down to the parent's own mount point). It must
+	// have come after cur: cur would be on it otherwise.
+	hidden := func(parent mount.MountInfo, cur mount.MountInfo) bool {
+		for p := cur.MountPoint; ; p = filepath.Dir(p) {
+			for _, id := range children[at{parent.ID, p}] {
+				if id != cur.ID {
+					return true
+				}
 			}
-		}
-		return false
-	}
-	visible := func(mi mount.MountInfo) bool {
-		for _, q := range children[mi.ID] {
-			if q.MountPoint == mi.MountPoint {
+			if p == parent.MountPoint || p == "/" || p == "." {
 				return false
 			}
+		}
+	}
+	visible := func(mi mount.MountInfo) bool {
+		if len(children[at{mi.ID, mi.MountPoint}]) > 0 {
+			return false
 		}
 		for range len(infos) { // bounds a looped table
 			p, ok := byID[mi.ParentID]
 			if !ok || p.ID == mi.ID {
 				return true
 			}
-			if hides(p.ID, mi) {
+			if hidden(p, mi) {
 				return false
 			}
 			mi = p
@@ -154,27 +230,108 @@ func attrFlags(opts []string) uint64 {
 	return f
 }
 
-func nsInode(procPID string) (uint64, error) {
+func nsInode(procPID, kind string) (uint64, error) {
 	var st unix.Stat_t
-	if err := unix.Stat(filepath.Join(procPID, "ns", "mnt"), &st); err != nil {
+	if err := unix.Stat(filepath.Join(procPID, "ns", kind), &st); err != nil {
 		return 0, err
 	}
 	return st.Ino, nil
 }
 
+// ReplaceArg, as the first argument, makes the binary the helper that
+// ReplaceForeign starts: see IsReplaceInvocation and ReplaceMain.
+const ReplaceArg = "mount-replace"
+
+// IsReplaceInvocation says whether args are a ReplaceForeign helper's.
+func IsReplaceInvocation(args []string) bool { return len(args) > 1 && args[1] == ReplaceArg }
+
+// ReplaceTimeout bounds one helper: a path in a container may lead into a
+// filesystem that never answers.
+const ReplaceTimeout = 10 * time.Second
+
+// replaceSpec is what ReplaceForeign sends its helper on stdin; the fd of
+// the mount to clone is the helper's fd 3.
+type replaceSpec struct {
+	Proc    string
+	Mount   ForeignMount
+	Devices []string
+}
+
 // ReplaceForeign puts in the place of fm, in its namespace, a clone of the
 // mount whose root from (an O_PATH fd) is, with fm's read-only and
 // nosuid/nodev/noexec flags, as a slave of it: what a container runtime
-// makes of a bind. fm's path is resolved within the process's root,
-// without symlinks, and every layer must still be the one found (by mount
-// ID) before it is detached; the clone goes on the mount they were on.
-// procDir is as for ForeignMounts.
-func ReplaceForeign(procDir string, fm ForeignMount, from int) error {
+// makes of a bind. A child process of this binary does it (ReplaceMain),
+// killed if it has not finished within ReplaceTimeout or when ctx ends.
+// devices are those fm's layers may show: each layer is checked, by mount
+// ID, device and root, before it is detached.
+func ReplaceForeign(ctx context.Context, procDir string, fm ForeignMount, devices map[string]bool, from int) error {
+	bin, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	spec := replaceSpec{Proc: procDir, Mount: fm}
+	for d := range devices {
+		spec.Devices = append(spec.Devices, d)
+	}
+	in, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	dup, err := unix.FcntlInt(uintptr(from), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(dup), "clone-source")
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(ctx, ReplaceTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, ReplaceArg)
+	cmd.Stdin = bytes.NewReader(in)
+	cmd.ExtraFiles = []*os.File{f}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("no answer within %s: %w", ReplaceTimeout, ctx.Err())
+		}
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return errors.New(msg)
+		}
+		return err
+	}
+	return nil
+}
+
+// ReplaceMain is the helper's main: it reads a replaceSpec on stdin, does
+// the replacement and exits 0, or prints why not and exits 1.
+func ReplaceMain() {
+	var spec replaceSpec
+	err := json.NewDecoder(os.Stdin).Decode(&spec)
+	if err == nil {
+		err = replaceForeign(spec, 3)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// replaceForeign runs in the helper. It ends in fm's namespace; the process
+// exits afterwards.
+func replaceForeign(spec replaceSpec, from int) error {
+	fm := spec.Mount
+	if len(fm.Layers) == 0 {
+		return errors.New("no layers to replace")
+	}
+	devices := map[string]bool{}
+	for _, d := range spec.Devices {
+		devices[d] = true
+	}
 	clone, err := unix.OpenTree(from, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return fmt.Errorf("clone: %w", err)
 	}
-	defer unix.Close(clone)
 	attr := &unix.MountAttr{Attr_set: fm.Flags, Propagation: unix.MS_SLAVE}
 	if fm.ReadOnly {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
@@ -182,70 +339,54 @@ func ReplaceForeign(procDir string, fm ForeignMount, from int) error {
 	if err := unix.MountSetattr(clone, "", unix.AT_EMPTY_PATH, attr); err != nil {
 		return fmt.Errorf("set flags of the clone: %w", err)
 	}
-
 	// This /proc, not the namespace's (of another PID namespace, where
-	// this process has no entry), names the fds to unmount and to read
-	// the mount ID of.
-	proc, err := unix.Open(procDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	// this process has no entry), names the fds to unmount and the mount
+	// table to check.
+	proc, err := unix.Open(spec.Proc, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(proc)
 	// The process's directory pins it: if the pid is reused meanwhile,
 	// these opens fail rather than reach another process.
 	pdir, err := unix.Openat(proc, strconv.Itoa(fm.PID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("process %d: %w", fm.PID, err)
 	}
-	defer unix.Close(pdir)
 	root, err := unix.Openat(pdir, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("root of process %d: %w", fm.PID, err)
 	}
-	defer unix.Close(root)
 	ns, err := unix.Openat(pdir, "ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("mount namespace of process %d: %w", fm.PID, err)
 	}
-	defer unix.Close(ns)
 	var st unix.Stat_t
 	if err := unix.Fstat(ns, &st); err != nil || st.Ino != fm.Namespace {
 		return fmt.Errorf("process %d left mount namespace %d", fm.PID, fm.Namespace)
 	}
+	self, err := nsInode(filepath.Join(spec.Proc, "self"), "user")
+	if err != nil || !ownedBy(fmt.Sprintf("%s/%d/ns/mnt", spec.Proc, fm.PID), self) {
+		return fmt.Errorf("mount namespace %d belongs to another user namespace", fm.Namespace)
+	}
 
-	// setns(CLONE_NEWNS) wants a thread that shares no fs_struct; this one
-	// unshares its own, and is never given back to the Go scheduler: it
-	// ends with the goroutine, locked. It is never the main thread, which
-	// would stay (init locks the main goroutine to it).
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				return fmt.Errorf("unshare fs: %w", err)
-			}
-			if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
-				return fmt.Errorf("enter mount namespace %d: %w", fm.Namespace, err)
-			}
-			// umount2 takes only a path: relative ones start here.
-			if err := unix.Fchdir(proc); err != nil {
-				return err
-			}
-			return replaceHere(proc, root, fm, clone)
-		}()
-	}()
-	return <-errc
+	// setns(CLONE_NEWNS) wants a thread that shares no fs_struct.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs: %w", err)
+	}
+	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("enter mount namespace %d: %w", fm.Namespace, err)
+	}
+	// umount2 and the mount table take paths: relative ones start here.
+	if err := unix.Fchdir(proc); err != nil {
+		return err
+	}
+	return replaceHere(root, fm, devices, clone)
 }
 
-// init keeps the main goroutine on the main thread, so that no other
-// goroutine runs there: ReplaceForeign's thread must be one that can end.
-// A main thread moved into another mount namespace would stay there, and
-// with it whatever reads /proc/self.
-func init() { runtime.LockOSThread() }
-
-// replaceHere runs in fm's namespace, its cwd this process's /proc (proc);
-// root is the process's root.
-func replaceHere(proc, root int, fm ForeignMount, clone int) error {
+// replaceHere runs in fm's namespace, its cwd the helper's /proc; root is
+// the process's root.
+func replaceHere(root int, fm ForeignMount, devices map[string]bool, clone int) error {
 	how := &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
@@ -254,8 +395,29 @@ func replaceHere(proc, root int, fm ForeignMount, clone int) error {
 	if rel == "" {
 		return errors.New("not replacing a namespace's root")
 	}
+	infos, err := mount.ParseMountInfo("thread-self/mountinfo")
+	if err != nil {
+		return err
+	}
+	byID := map[int]mount.MountInfo{}
+	for _, mi := range infos {
+		byID[mi.ID] = mi
+	}
+	base, ok := byID[fm.Base]
+	if !ok {
+		return fmt.Errorf("mount %d is gone", fm.Base)
+	}
+	// A clone on a shared mount would propagate to its peers: the node's,
+	// or another pod's.
+	if slices.ContainsFunc(base.OptionalFields, func(f string) bool { return strings.HasPrefix(f, "shared:") }) {
+		return fmt.Errorf("%s is on a shared mount", fm.MountPoint)
+	}
 	for _, id := range fm.Layers {
-		if err := detachHere(proc, root, rel, how, id); err != nil {
+		mi, ok := byID[id]
+		if !ok || !devices[device(mi)] || strings.TrimSuffix(Unescape(mi.Root), "//deleted") != fm.Root {
+			return fmt.Errorf("mount %d is not a layer of the volume's %s", id, fm.Root)
+		}
+		if err := detachHere(root, rel, how, id); err != nil {
 			return fmt.Errorf("detach %s: %w", fm.MountPoint, err)
 		}
 	}
@@ -263,8 +425,7 @@ func replaceHere(proc, root int, fm ForeignMount, clone int) error {
 	if err != nil {
 		return fmt.Errorf("open %s after the detach: %w", fm.MountPoint, err)
 	}
-	defer unix.Close(at)
-	if id, err := mountID(proc, at); err != nil || id != fm.Base {
+	if id, err := mountID(at); err != nil || id != fm.Base {
 		return fmt.Errorf("%s is on mount %d after the detach, not %d (%v)", fm.MountPoint, id, fm.Base, err)
 	}
 	if err := unix.MoveMount(clone, "", at, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
@@ -274,14 +435,14 @@ func replaceHere(proc, root int, fm ForeignMount, clone int) error {
 }
 
 // detachHere detaches the mount at rel beneath root if it is mount id.
-// The cwd must be proc.
-func detachHere(proc, root int, rel string, how *unix.OpenHow, id int) error {
+// The cwd must be this process's /proc.
+func detachHere(root int, rel string, how *unix.OpenHow, id int) error {
 	at, err := unix.Openat2(root, rel, how)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(at)
-	got, err := mountID(proc, at)
+	got, err := mountID(at)
 	if err != nil {
 		return err
 	}
@@ -292,15 +453,11 @@ func detachHere(proc, root int, rel string, how *unix.OpenHow, id int) error {
 	return unix.Unmount(fmt.Sprintf("thread-self/fd/%d", at), unix.MNT_DETACH)
 }
 
-// mountID reads the mount ID of an open fd from fdinfo (in proc, this
-// process's /proc): unlike statx, it asks nothing of a dead FUSE daemon.
-func mountID(proc, fd int) (int, error) {
-	f, err := unix.Openat(proc, fmt.Sprintf("thread-self/fdinfo/%d", fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, err
-	}
-	data, err := io.ReadAll(os.NewFile(uintptr(f), "fdinfo"))
-	unix.Close(f)
+// mountID reads the mount ID of an open fd from fdinfo (the cwd must be
+// this process's /proc): unlike statx, it asks nothing of a dead FUSE
+// daemon.
+func mountID(fd int) (int, error) {
+	data, err := os.ReadFile(fmt.Sprintf("thread-self/fdinfo/%d", fd))
 	if err != nil {
 		return 0, err
 	}
@@ -344,7 +501,7 @@ func openBeneath(source, rel string) (int, error) {
 // as the container runtime made it, so that the next repair stacked on
 // b.Path reaches it again. It returns how many it replaced in other
 // namespaces; an error for one does not stop the others.
-func (m *Mounter) ReplaceSubpathBind(b SubpathBind, source string) (int, error) {
+func (m *Mounter) ReplaceSubpathBind(ctx context.Context, b SubpathBind, source string) (int, error) {
 	// Unmounting b.Path's layers also unmounts their copies that
 	// propagated into containers, which leaves there a layer older than
 	// b's top one: every device of the stack counts.
@@ -376,7 +533,7 @@ func (m *Mounter) ReplaceSubpathBind(b SubpathBind, source string) (int, error) 
 	var errs []error
 	n := 0
 	for _, fm := range found {
-		if err := ReplaceForeign(m.proc, fm, from); err != nil {
+		if err := ReplaceForeign(ctx, m.proc, fm, devices, from); err != nil {
 			errs = append(errs, fmt.Errorf("process %d: %w", fm.PID, err))
 			continue
 		}

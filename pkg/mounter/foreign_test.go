@@ -15,6 +15,14 @@ import (
 	mount "k8s.io/mount-utils"
 )
 
+// TestMain lets this test binary serve as ReplaceForeign's helper.
+func TestMain(m *testing.M) {
+	if IsReplaceInvocation(os.Args) {
+		ReplaceMain()
+	}
+	os.Exit(m.Run())
+}
+
 func mi(id, parent int, dev, root, point string, opts ...string) mount.MountInfo {
 	var major, minor int
 	fmt.Sscanf(dev, "%d:%d", &major, &minor)
@@ -135,10 +143,14 @@ func TestReplaceForeign(t *testing.T) {
 	from, err := openBeneath(fresh, "sub")
 	must(t, err)
 	defer unix.Close(from)
-	if err := ReplaceForeign("/proc", stale, from); err == nil {
+	devices := map[string]bool{dev: true}
+	if err := ReplaceForeign(ctx, "/proc", stale, devices, from); err == nil {
 		t.Error("replaced a mount by a stale ID")
 	}
-	must(t, ReplaceForeign("/proc", *fm, from))
+	if err := ReplaceForeign(ctx, "/proc", *fm, map[string]bool{"1:2": true}, from); err == nil {
+		t.Error("replaced a mount of another device")
+	}
+	must(t, ReplaceForeign(ctx, "/proc", *fm, devices, from))
 	if got, err := enter("cat", filepath.Join(ctr, "f")); err != nil || got != "new" {
 		t.Fatalf("container reads %q %v after the replacement", got, err)
 	}
@@ -159,6 +171,36 @@ func TestReplaceForeign(t *testing.T) {
 	for _, l := range strings.Split(info, "\n") {
 		if strings.Contains(l, " "+ctr+" ") && !strings.Contains(l, "master:") {
 			t.Errorf("the replacement is not a slave: %s", l)
+		}
+	}
+}
+
+// TestForeignMountsSkipsUserNamespaces: a mount namespace that a tenant's
+// user namespace owns holds mounts the tenant made; a clone would drop the
+// kernel's locks on them (a read-only flag the tenant may not clear).
+func TestForeignMountsSkipsUserNamespaces(t *testing.T) {
+	_, root, staging := setup(t)
+	must(t, os.MkdirAll(filepath.Join(staging, "sub"), 0o755))
+	ctr := filepath.Join(root, "tenant")
+	must(t, os.MkdirAll(ctr, 0o755))
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+		`mount --bind "$1" "$2" && echo ready && exec sleep 600`, "sh", filepath.Join(staging, "sub"), ctr)
+	out, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	defer func() { cancel(); _ = cmd.Wait() }()
+	buf := make([]byte, 6)
+	if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("tenant: %q %v", buf, err)
+	}
+	var st unix.Stat_t
+	must(t, unix.Stat(staging, &st))
+	found, err := ForeignMounts("/proc", map[string]bool{fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)): true}, "/sub")
+	must(t, err)
+	for _, fm := range found {
+		if fm.PID == cmd.Process.Pid {
+			t.Errorf("found the tenant's own mount in its user namespace: %+v", fm)
 		}
 	}
 }
