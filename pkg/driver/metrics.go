@@ -23,7 +23,7 @@ var (
 	})
 	metricSubpathUnrepairable = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "csi_rclone_subpath_unrepairable_total",
-		Help: "subPath binds that recovery could not repair (or not in every container that mounts them); those pods must be restarted.",
+		Help: "Failed attempts to repair a subPath bind (or its copy in every container that mounts it); recovery tries again for about a minute, then such a pod must be restarted.",
 	})
 	metricSkippedRecords = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "csi_rclone_skipped_records_total",

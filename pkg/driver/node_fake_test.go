@@ -21,6 +21,12 @@ import (
 type fakeMounts struct {
 	mu     sync.Mutex
 	mounts map[string]*fakeMount
+	// subpaths are the subPath binds each target has; replaceFails the
+	// ReplaceSubpathBind calls that fail before they succeed; replaces
+	// counts the calls.
+	subpaths     map[string][]mounter.SubpathBind
+	replaceFails int
+	replaces     int
 }
 
 type fakeMount struct {
@@ -105,9 +111,27 @@ func (f *fakeMounts) UnmountAndRemove(path string) error {
 	return nil
 }
 
-func (f *fakeMounts) SubpathBinds(string) ([]mounter.SubpathBind, error) { return nil, nil }
-func (f *fakeMounts) ReplaceSubpathBind(context.Context, mounter.SubpathBind, string) (int, error) {
-	return 0, errors.New("no subPath binds in the fake")
+func (f *fakeMounts) SubpathBinds(target string) ([]mounter.SubpathBind, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.subpaths[filepath.Clean(target)], nil
+}
+
+func (f *fakeMounts) ReplaceSubpathBind(_ context.Context, b mounter.SubpathBind, source string) (int, error) {
+	f.mu.Lock()
+	f.replaces++
+	fail := f.replaces <= f.replaceFails
+	f.mu.Unlock()
+	if fail {
+		return 0, errors.New("helper timed out")
+	}
+	return 1, f.Bind(filepath.Join(source, b.Root), b.Path, b.ReadOnly)
+}
+
+func (f *fakeMounts) replaceCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.replaces
 }
 
 // fakeWorker is a worker that "serves" its mount point in fakeMounts.

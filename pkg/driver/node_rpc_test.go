@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csi-rclone/csi-rclone/pkg/mounter"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 )
 
@@ -352,5 +353,48 @@ func TestNodeRPCEdgeCases(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSubpathRepairIsRetried: a subPath bind whose replacement fails after
+// a worker's death (a pod's namespace not entered in time) is tried again
+// until it works, while the same worker serves the volume.
+func TestSubpathRepairIsRetried(t *testing.T) {
+	f := newFakeNode(t)
+	ctx := context.Background()
+	if err := f.stage(ctx, "vol", rwo); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.publish(ctx, "vol", "pod", false); err != nil {
+		t.Fatal(err)
+	}
+	target := f.targetPath("pod", "vol")
+	bind := mounter.SubpathBind{Path: filepath.Join(f.dir, "pods", "pod", "volume-subpaths", "vol", "app", "0"), Root: "/sub", Unlinked: true}
+	f.mounts.mu.Lock()
+	f.mounts.subpaths = map[string][]mounter.SubpathBind{target: {bind}}
+	f.mounts.replaceFails = 1
+	f.mounts.mu.Unlock()
+	f.mounts.set(bind.Path, &fakeMount{dead: true})
+
+	f.mu.Lock()
+	w := f.started[len(f.started)-1]
+	f.mu.Unlock()
+	w.Kill() // the worker dies: its mounts with it
+	f.mounts.set(target, &fakeMount{dead: true})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if st, _ := f.mounts.Check(bind.Path); st == mounter.Mounted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the subPath bind is not repaired after %d tries", f.mounts.replaceCalls())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := f.mounts.replaceCalls(); n != 2 {
+		t.Errorf("%d replacements, want 2 (one failed, one retried)", n)
+	}
+	if n := f.workers(); n != 2 {
+		t.Errorf("%d workers started, want 2: a retry must not mount again", n)
 	}
 }

@@ -136,8 +136,11 @@ func (s *nodeServer) restore(ctx context.Context, v *stagedVolume) error {
 	v.recoveries++
 	proc := v.proc
 	s.mu.Unlock()
-	repaired := s.repairTargets(v)
+	repaired, incomplete := s.repairTargets(v)
 	s.watch(v, proc)
+	if incomplete {
+		s.d.tasks.Go("repair again", func(ctx context.Context) { s.repairAgain(ctx, v, proc) })
+	}
 	took := time.Since(start)
 	metricRecoveries.WithLabelValues("success").Inc()
 	metricRecoverySeconds.Observe(took.Seconds())
@@ -151,24 +154,52 @@ func (s *nodeServer) restore(ctx context.Context, v *stagedVolume) error {
 // HostToContainer copy of the target see it. Targets that the kubelet has
 // removed, or unmounted, leave the record. Then it repairs the kubelet's
 // subPath binds of each target that is still published.
-func (s *nodeServer) repairTargets(v *stagedVolume) int {
+// incomplete says that a subPath bind could not be repaired (yet).
+func (s *nodeServer) repairTargets(v *stagedVolume) (repaired int, incomplete bool) {
 	s.mu.Lock()
 	targets := make(map[string]bool, len(v.rec.Targets))
 	for t, ro := range v.rec.Targets {
 		targets[t] = ro
 	}
 	s.mu.Unlock()
-	repaired := 0
 	for target, ro := range targets {
 		published, fixed := s.repairTarget(v, target, ro)
 		if fixed {
 			repaired++
 		}
-		if published {
-			s.repairSubpaths(v, target)
+		if published && !s.repairSubpaths(v, target) {
+			incomplete = true
 		}
 	}
-	return repaired
+	return repaired, incomplete
+}
+
+// repairAgain retries, with backoff, the repairs of v's subPath binds that
+// failed after v was mounted again by proc (a pod's namespace that could
+// not be entered at that moment, a helper that timed out), for as long as
+// proc is v's worker.
+func (s *nodeServer) repairAgain(ctx context.Context, v *stagedVolume, proc mountWorker) {
+	for wait := 2 * time.Second; wait <= 32*time.Second; wait *= 2 {
+		if !sleep(ctx, wait) {
+			return
+		}
+		for !s.locks.tryAcquire(v.id) {
+			if !sleep(ctx, 100*time.Millisecond) {
+				return
+			}
+		}
+		s.mu.Lock()
+		current := s.volumes[v.id] == v && v.proc == proc && !v.stopping
+		s.mu.Unlock()
+		incomplete := false
+		if current {
+			_, incomplete = s.repairTargets(v)
+		}
+		s.locks.release(v.id)
+		if !current || !incomplete {
+			return
+		}
+	}
 }
 
 // repairTarget repairs one target; published says whether it stays in the
@@ -210,12 +241,13 @@ func (s *nodeServer) repairTarget(v *stagedVolume, target string, ro bool) (publ
 // also appears on the target's dead bottom layer at <target>/<subPath>,
 // under the layer repairTargets stacked: out of sight, and unmounted with
 // the subPath bind or the target.
-func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
+func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) (ok bool) {
 	binds, err := s.m.SubpathBinds(target)
 	if err != nil {
 		klog.ErrorS(err, "looking for subPath binds", "volumeID", v.id, "targetPath", target)
-		return
+		return false
 	}
+	ok = true
 	// Outer binds first: a path to an inner one's copy goes through the
 	// outer one's.
 	slices.SortStableFunc(binds, func(a, b mounter.SubpathBind) int {
@@ -237,6 +269,7 @@ func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
 				klog.ErrorS(err, "replacing a subPath bind; the containers not reached must be restarted",
 					"volumeID", v.id, "subPathMount", b.Path, "subPath", b.Root, "containerMountsReplaced", n)
 				metricSubpathUnrepairable.Inc()
+				ok = false
 				continue
 			}
 			klog.InfoS("subPath bind replaced", "volumeID", v.id, "subPathMount", b.Path, "readOnly", b.ReadOnly,
@@ -245,10 +278,12 @@ func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) {
 		}
 		if err := s.m.BindSubdir(v.stagingPath, b.Root, b.Path, b.ReadOnly); err != nil {
 			klog.ErrorS(err, "repairing subPath bind", "volumeID", v.id, "targetPath", target, "subPathMount", b.Path)
+			ok = false
 			continue
 		}
 		klog.InfoS("subPath bind repaired", "volumeID", v.id, "subPathMount", b.Path, "readOnly", b.ReadOnly)
 	}
+	return ok
 }
 
 // watch supervises v's worker proc (nil: none runs) in the background,

@@ -300,8 +300,8 @@ sleep 3600`})
 			// target, which the driver repairs apart (and, once the session
 			// pod has looked its directory up through the dead mount,
 			// only from inside the pod's mount namespace).
+			defer e.logSubpathRepairs(ctx, d.name)
 			e.recovered(ctx, d.name, since, "session", "second", "sub")
-			e.logSubpathRepairs(ctx, d.name)
 			recovering, recovered := e.recoveryEvents(ctx, "session", sinceWall)
 			t.Logf("events: VolumeRecovering %q, VolumeRecovered %q", recovering, recovered)
 			ids := map[string]string{"session": uids["session"], "second": uids["second"], "sub": uids["sub"]}
@@ -549,7 +549,7 @@ func (e *env) logSubpathRepairs(ctx context.Context, what string) {
 		return
 	}
 	for _, l := range strings.Split(string(data), "\n") {
-		if strings.Contains(l, "subPath bind") {
+		if strings.Contains(l, "subPath") {
 			e.t.Logf("%s: %s", what, l[strings.Index(l, "]")+1:])
 		}
 	}
