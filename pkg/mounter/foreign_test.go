@@ -3,6 +3,7 @@ package mounter
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,20 +96,10 @@ func TestReplaceForeign(t *testing.T) {
 	// read-only at ctr, as runc would mount a subPath bind.
 	ctr := filepath.Join(root, "ctr")
 	must(t, os.MkdirAll(ctr, 0o755))
-	ctx, cancel := context.WithCancel(context.Background())
 	// A PID namespace and /proc of its own, as a container has: this
 	// process is not in it.
-	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "slave", "--pid", "--fork", "--mount-proc", "sh", "-c",
-		`mount --bind "$1" "$2" && mount -o remount,bind,ro,nosuid "$2" && echo ready && exec sleep 600`, "sh", filepath.Join(staging, "sub"), ctr)
-	out, err := cmd.StdoutPipe()
-	must(t, err)
-	must(t, cmd.Start())
-	defer func() { cancel(); _ = cmd.Wait() }()
-	buf := make([]byte, 6)
-	if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
-		t.Fatalf("container: %q %v", buf, err)
-	}
-	pid := cmd.Process.Pid
+	pid := startNamespaced(t, []string{"--mount", "--propagation", "slave", "--pid", "--fork", "--mount-proc"},
+		`mount --bind "$1" "$2" && mount -o remount,bind,ro,nosuid "$2"`, filepath.Join(staging, "sub"), ctr)
 	enter := func(args ...string) (string, error) {
 		b, err := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-m", "--"}, args...)...).CombinedOutput()
 		return strings.TrimSpace(string(b)), err
@@ -144,13 +135,13 @@ func TestReplaceForeign(t *testing.T) {
 	must(t, err)
 	defer unix.Close(from)
 	devices := map[string]bool{dev: true}
-	if err := ReplaceForeign(ctx, "/proc", stale, devices, from); err == nil {
+	if err := ReplaceForeign(context.Background(), "/proc", stale, devices, from); err == nil {
 		t.Error("replaced a mount by a stale ID")
 	}
-	if err := ReplaceForeign(ctx, "/proc", *fm, map[string]bool{"1:2": true}, from); err == nil {
+	if err := ReplaceForeign(context.Background(), "/proc", *fm, map[string]bool{"1:2": true}, from); err == nil {
 		t.Error("replaced a mount of another device")
 	}
-	must(t, ReplaceForeign(ctx, "/proc", *fm, devices, from))
+	must(t, ReplaceForeign(context.Background(), "/proc", *fm, devices, from))
 	if got, err := enter("cat", filepath.Join(ctr, "f")); err != nil || got != "new" {
 		t.Fatalf("container reads %q %v after the replacement", got, err)
 	}
@@ -183,24 +174,33 @@ func TestForeignMountsSkipsUserNamespaces(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(staging, "sub"), 0o755))
 	ctr := filepath.Join(root, "tenant")
 	must(t, os.MkdirAll(ctr, 0o755))
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, "unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
-		`mount --bind "$1" "$2" && echo ready && exec sleep 600`, "sh", filepath.Join(staging, "sub"), ctr)
-	out, err := cmd.StdoutPipe()
-	must(t, err)
-	must(t, cmd.Start())
-	defer func() { cancel(); _ = cmd.Wait() }()
-	buf := make([]byte, 6)
-	if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
-		t.Fatalf("tenant: %q %v", buf, err)
-	}
+	pid := startNamespaced(t, []string{"--user", "--map-root-user", "--mount"}, `mount --bind "$1" "$2"`, filepath.Join(staging, "sub"), ctr)
 	var st unix.Stat_t
 	must(t, unix.Stat(staging, &st))
 	found, err := ForeignMounts("/proc", map[string]bool{fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)): true}, "/sub")
 	must(t, err)
 	for _, fm := range found {
-		if fm.PID == cmd.Process.Pid {
+		if fm.PID == pid {
 			t.Errorf("found the tenant's own mount in its user namespace: %+v", fm)
 		}
 	}
+}
+
+// startNamespaced runs script (with args as $1...) in namespaces unshare
+// makes with flags, and then sleeps there until the test ends; it returns
+// once script has run, with the pid of a process in the new mount namespace.
+func startNamespaced(t *testing.T, flags []string, script string, args ...string) int {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	argv := append(append(flags, "sh", "-c", script+` && echo ready && exec sleep 600`, "sh"), args...)
+	cmd := exec.CommandContext(ctx, "unshare", argv...)
+	out, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("unshare %v: %q %v", flags, buf, err)
+	}
+	return cmd.Process.Pid
 }
