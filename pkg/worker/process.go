@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -33,28 +32,17 @@ type Options struct {
 	MemoryLimit int64
 }
 
-// Process is a running worker.
+// Process is a running worker, a child of this process.
 type Process struct {
-	volumeID string
-	cmd      *exec.Cmd
-	stdin    io.WriteCloser
-	events   chan event // the events that answer no command: ready, error at start
-	done     chan struct{}
-	exitErr  error
-
-	mu      sync.Mutex // guards the fields below, and the writes to stdin
-	lastID  uint64
-	waiters map[uint64]chan event // by command id
-	exit    *event                // the worker's last word, once it said it
-	gone    chan struct{}         // closed when the event stream has ended
+	*session
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	done    chan struct{}
+	exitErr error
 }
 
 func newProcess(volumeID string, stdin io.WriteCloser) *Process {
-	return &Process{
-		volumeID: volumeID, stdin: stdin,
-		events: make(chan event, 4), done: make(chan struct{}), gone: make(chan struct{}),
-		waiters: map[uint64]chan event{},
-	}
+	return &Process{session: newSession(volumeID, stdin), stdin: stdin, done: make(chan struct{})}
 }
 
 // Start mounts the FUSE device at spec.MountPoint, launches a worker that
@@ -128,7 +116,7 @@ func Start(ctx context.Context, opts Options, spec Spec) (p *Process, err error)
 	p.cmd = cmd
 	lastLine := make(chan string, 1)
 	go p.logStderr(stderr, lastLine, redactor(&spec.Volume))
-	go p.readEvents(evR)
+	go func() { defer evR.Close(); p.readEvents(evR) }()
 	go func() {
 		p.exitErr = cmd.Wait()
 		close(p.done)
@@ -175,63 +163,6 @@ func sandboxCaps() []uintptr {
 	return []uintptr{unix.CAP_SETPCAP}
 }
 
-// readEvents hands each event to the command it answers, or, for events
-// that answer none, to Start; it drops answers nobody waits for any more:
-// those of commands whose caller gave up.
-func (p *Process) readEvents(r io.ReadCloser) {
-	defer r.Close()
-	defer close(p.events)
-	defer close(p.gone)
-	dec := json.NewDecoder(r)
-	for {
-		var ev event
-		if err := dec.Decode(&ev); err != nil {
-			return
-		}
-		p.mu.Lock()
-		switch {
-		case ev.ID != 0:
-			if w, ok := p.waiters[ev.ID]; ok {
-				delete(p.waiters, ev.ID)
-				w <- ev // buffered
-			} else {
-				klog.V(2).InfoS("dropping a late answer of the worker", "volumeID", p.volumeID, "command", ev.ID, "type", ev.Type)
-			}
-		case ev.Type == evExit:
-			p.exit = &ev
-		default:
-			select {
-			case p.events <- ev:
-			default: // nobody reads them after Start
-			}
-		}
-		p.mu.Unlock()
-	}
-}
-
-// send writes a command with a fresh id and returns where its answer comes.
-func (p *Process) send(c command) (uint64, <-chan event, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.lastID++
-	c.ID = p.lastID
-	answer := make(chan event, 1)
-	p.waiters[c.ID] = answer
-	if err := json.NewEncoder(p.stdin).Encode(c); err != nil {
-		delete(p.waiters, c.ID)
-		return 0, nil, err
-	}
-	return c.ID, answer, nil
-}
-
-// forget stops waiting for the answer to command id: if it comes, it is
-// dropped.
-func (p *Process) forget(id uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.waiters, id)
-}
-
 // logStderr forwards rclone's log lines, tagged with the volume, and keeps
 // the last one for an error message: both redacted, for rclone may quote a
 // credential (an endpoint with a key in it, a failing option's value).
@@ -265,10 +196,6 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Done is closed when the worker has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// answerMargin is the part of a caller's deadline that a drain leaves for
-// what follows it (unmount, cleanup, the answer to the kubelet).
-const answerMargin = 5 * time.Second
-
 // Drain waits up to d, and never past ctx's deadline less answerMargin,
 // until the worker has no file open, none dirty and no upload queued or
 // running. If that takes longer it returns ErrUploadsPending (or, when ctx
@@ -276,42 +203,7 @@ const answerMargin = 5 * time.Second
 // dropped, and the worker goes on with the drain, which a later call joins.
 // After a drain the caller unmounts, and the worker exits (see Wait).
 func (p *Process) Drain(ctx context.Context, d time.Duration) error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("%w: the worker is gone", ErrMount)
-	default:
-	}
-	if deadline, ok := ctx.Deadline(); ok {
-		d = min(d, time.Until(deadline)-answerMargin)
-	}
-	d = max(d, 0)
-	id, answer, err := p.send(command{Op: opDrain, TimeoutMS: d.Milliseconds()})
-	if err != nil {
-		return fmt.Errorf("%w: the worker is gone", ErrMount)
-	}
-	defer p.forget(id)
-	select {
-	case ev := <-answer:
-		switch ev.Type {
-		case evDrained:
-			return nil
-		case evPending:
-			return fmt.Errorf("%w after %s: %s; the uploads go on", ErrUploadsPending, d.Round(time.Millisecond), ev.Work)
-		default:
-			return errorFromEvent(ev)
-		}
-	case <-p.gone:
-		return fmt.Errorf("%w: the worker is gone", ErrMount)
-	case <-ctx.Done():
-		return fmt.Errorf("%w: the drain goes on in the background: %w", ErrUnavailable, ctx.Err())
-	}
-}
-
-// Exit is what a worker reported as it exited.
-type Exit struct {
-	// NotUploaded counts the files it left in the cache dir not uploaded;
-	// negative when it could not tell.
-	NotUploaded int
+	return p.drain(ctx, d, p.done)
 }
 
 // Wait waits up to d for the worker to exit, then kills it. It returns the
@@ -324,17 +216,12 @@ func (p *Process) Wait(d time.Duration) (Exit, bool) {
 		p.Kill()
 	}
 	_ = p.stdin.Close()
-	select { // the report, if any, is read before the stream ends
-	case <-p.gone:
-	case <-time.After(time.Second): // a child of the worker holds the pipe open
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.exit == nil {
-		return Exit{}, false
-	}
-	return Exit{NotUploaded: p.exit.Work.Dirty}, true
+	return p.exitReport()
 }
+
+// Detach lets go of the worker; a child dies with its parent in any case
+// (Pdeathsig), so it is killed now.
+func (p *Process) Detach() { p.Kill() }
 
 // Kill ends the worker at once and waits for it.
 func (p *Process) Kill() {

@@ -50,7 +50,7 @@ func (s Spec) String() string {
 // command is a parent → worker line after the Spec.
 type command struct {
 	ID uint64 `json:"id"`
-	Op string `json:"op"` // opDrain or opStats
+	Op string `json:"op"` // opDrain, opStats or opExit
 	// TimeoutMS bounds how long the worker waits before it answers; a drain
 	// goes on after it has answered "pending".
 	TimeoutMS int64 `json:"timeoutMs,omitempty"`
@@ -60,6 +60,7 @@ type command struct {
 const (
 	opDrain = "drain"
 	opStats = "stats" // answered with evStats at once
+	opExit  = "exit"  // leave at once, unanswered (a mount pod's worker)
 )
 
 // Event types.
@@ -76,12 +77,15 @@ const (
 type event struct {
 	// ID is the command this event answers; 0 for events no command asked
 	// for (ready, error at start, exit).
-	ID      uint64 `json:"id,omitempty"`
-	Type    string `json:"type"`
-	Kind    string `json:"kind,omitempty"`
-	Message string `json:"message,omitempty"`
-	Work    Work   `json:"work"`
-	Stats   *Stats `json:"stats,omitempty"`
+	ID   uint64 `json:"id,omitempty"`
+	Type string `json:"type"`
+	// VolumeID is the volume a mount pod's worker serves, in the ready
+	// event that answers an attach.
+	VolumeID string `json:"volumeID,omitempty"`
+	Kind     string `json:"kind,omitempty"`
+	Message  string `json:"message,omitempty"`
+	Work     Work   `json:"work"`
+	Stats    *Stats `json:"stats,omitempty"`
 }
 
 // Work is what keeps a volume from being drained.
@@ -153,14 +157,25 @@ func Main() {
 	volumeID := fl.String("volume-id", "", "the volume, for logs")
 	cacheDir := fl.String("cache-dir", "", "the volume's cache dir, the one place the worker may write")
 	memoryLimit := fl.Int64("memory-limit", 0, "data segment limit in bytes (RLIMIT_DATA); 0: none")
+	socket := fl.String("socket", "", "in a mount pod: the unix socket to wait on for the node plugin; empty: the driver's child, on stdin and fd 3")
 	if err := fl.Parse(os.Args[2:]); err != nil || *cacheDir == "" {
 		fmt.Fprintln(os.Stderr, "mount-worker: this command is started by the driver")
 		os.Exit(2)
 	}
-	events := os.NewFile(3, "events")
-	if events == nil {
-		fmt.Fprintln(os.Stderr, "mount-worker: file descriptor 3 is not open; this command is started by the driver")
-		os.Exit(2)
+	var events *os.File
+	var ln *net.UnixListener
+	if *socket == "" {
+		if events = os.NewFile(3, "events"); events == nil {
+			fmt.Fprintln(os.Stderr, "mount-worker: file descriptor 3 is not open; this command is started by the driver")
+			os.Exit(2)
+		}
+	} else {
+		// Before the sandbox, which would not let it make the socket.
+		var err error
+		if ln, err = Listen(*socket); err != nil {
+			fmt.Fprintln(os.Stderr, "mount-worker:", err)
+			os.Exit(1)
+		}
 	}
 	// The cgo resolver would load NSS modules, which the sandbox does not
 	// let it read; Go's own reads resolv.conf and hosts.
@@ -175,6 +190,12 @@ func Main() {
 			os.Exit(1)
 		}
 	}
+	onSpec := func(*Spec) {}
+	if ln != nil {
+		// A pod's log is read by others than the driver: rclone's lines,
+		// which may quote a credential, are redacted here.
+		onSpec = redactStderr()
+	}
 	res, err := sandbox.Confine(sandbox.Options{CacheDir: *cacheDir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mount-worker:", err)
@@ -185,7 +206,12 @@ func Main() {
 		klog.InfoS("this kernel has no Landlock: the worker's filesystem access is not restricted", "volumeID", *volumeID)
 	}
 	klog.Flush()
-	if err := Serve(context.Background(), os.Stdin, events); err != nil {
+	if ln != nil {
+		err = ServeSocket(context.Background(), ln, *cacheDir, onSpec)
+	} else {
+		err = Serve(context.Background(), os.Stdin, events)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "mount-worker:", err)
 		os.Exit(1)
 	}

@@ -29,8 +29,9 @@ import (
 	_ "github.com/rclone/rclone/cmd/mount2"  // the pure-Go FUSE mount method
 )
 
-// Serve is the worker's main: it reads the Spec from in, mounts, reports on
-// out, then obeys commands until told to stop or until in reaches EOF.
+// Serve is the worker's main on pipes: it reads the Spec from in, mounts,
+// reports on out, then obeys commands until told to stop or until in
+// reaches EOF.
 func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	var mu sync.Mutex
 	enc := json.NewEncoder(out)
@@ -47,25 +48,10 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		return fmt.Errorf("reading spec: %w", err)
 	}
 
-	mnt, err := mount(ctx, &spec)
+	mnt, err := mountAndReport(ctx, &spec, send)
 	if err != nil {
-		msg := spec.Volume.Redact(err.Error())
-		send(event{Type: evError, Kind: kindOf(err), Message: msg})
-		return errors.New(msg)
+		return err
 	}
-	spec.Volume.Config, spec.Volume.Secrets = nil, nil // in rclone's memory now; drop our copy
-	finishLeftovers(mnt)
-	send(event{Type: evReady})
-	fs.Logf(nil, "worker: volume %s mounted at %s", spec.VolumeID, spec.MountPoint)
-	return obey(ctx, &spec, mnt, dec, send)
-}
-
-// obey runs the commands of the parent until the mount ends or the parent is
-// gone. Each command is answered on its own goroutine, with its id, so that
-// a long drain does not hold up the next command.
-func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, dec *json.Decoder, send func(event)) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	cmds := make(chan command)
 	go func() {
 		defer close(cmds)
@@ -77,6 +63,33 @@ func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, dec *json.D
 			cmds <- c
 		}
 	}()
+	return obey(ctx, &spec, mnt, cmds, send)
+}
+
+// mountAndReport mounts spec and says so, or why not, with send.
+func mountAndReport(ctx context.Context, spec *Spec, send func(event)) (*mountlib.MountPoint, error) {
+	mnt, err := mount(ctx, spec)
+	if err != nil {
+		msg := spec.Volume.Redact(err.Error())
+		send(event{Type: evError, Kind: kindOf(err), Message: msg})
+		return nil, errors.New(msg)
+	}
+	spec.Volume.Config, spec.Volume.Secrets = nil, nil // in rclone's memory now; drop our copy
+	finishLeftovers(mnt)
+	send(event{Type: evReady})
+	fs.Logf(nil, "worker: volume %s mounted at %s", spec.VolumeID, spec.MountPoint)
+	return mnt, nil
+}
+
+// errTold is the end of a worker that its parent told to exit at once.
+var errTold = errors.New("told to exit")
+
+// obey runs the commands of the parent until the mount ends or the parent is
+// gone (cmds is closed). Each command is answered on its own goroutine, with
+// its id, so that a long drain does not hold up the next command.
+func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, cmds <-chan command, send func(event)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 
 	drains := &drainer{work: func() Work { return vfsWork(mnt.VFS) }, expedite: expedite, poll: drainPoll}
 	counts := newTally()
@@ -121,6 +134,10 @@ func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, dec *json.D
 					w.Dirty, _ = NotUploaded(spec.CacheDir)
 					send(event{ID: c.ID, Type: evPending, Work: w})
 				}()
+			case opExit:
+				// The parent found the mount dead, or wants a new one: files
+				// not yet uploaded stay in the cache dir, as after a crash.
+				return errTold
 			default:
 				send(event{ID: c.ID, Type: evError, Kind: "invalid", Message: fmt.Sprintf("unknown command %q", c.Op)})
 			}

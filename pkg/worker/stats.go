@@ -203,9 +203,12 @@ func asInt64(v any) int64 {
 }
 
 // Stats asks the worker for its numbers, waiting until ctx ends at most.
-func (p *Process) Stats(ctx context.Context) (Stats, error) {
+func (p *Process) Stats(ctx context.Context) (Stats, error) { return p.stats(ctx, p.done) }
+
+// stats is Stats for a worker that is gone once done is closed.
+func (p *session) stats(ctx context.Context, done <-chan struct{}) (Stats, error) {
 	select {
-	case <-p.done:
+	case <-done:
 		return Stats{}, fmt.Errorf("%w: the worker is gone", ErrMount)
 	default:
 	}

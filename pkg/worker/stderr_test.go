@@ -33,7 +33,7 @@ func TestLogStderrRedacts(t *testing.T) {
 		Config:  secrets.Config{"store": {"type": "s3", "secret_access_key": key, "endpoint": "http://127.0.0.1:9000"}},
 		Secrets: []string{override},
 	}
-	p := &Process{volumeID: "v", cmd: &exec.Cmd{Process: &os.Process{Pid: 1}}}
+	p := &Process{session: newSession("v", nil), cmd: &exec.Cmd{Process: &os.Process{Pid: 1}}}
 	stderr := strings.NewReader("starting\nauth failed for " + key + "\nbad token " + override + "\n")
 	last := make(chan string, 1)
 	p.logStderr(stderr, last, redactor(vol))
