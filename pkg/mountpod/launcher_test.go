@@ -1,0 +1,267 @@
+package mountpod
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	psapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+	"sigs.k8s.io/yaml"
+
+	"github.com/csi-rclone/csi-rclone/pkg/worker"
+	"github.com/csi-rclone/csi-rclone/secrets"
+)
+
+const (
+	testNode = "node-a"
+	testUID  = 2000000007
+)
+
+func newTestLauncher(t *testing.T, objs ...*corev1.Pod) (*Launcher, *fake.Clientset) {
+	t.Helper()
+	client := fake.NewClientset()
+	for _, o := range objs {
+		if _, err := client.CoreV1().Pods(o.Namespace).Create(context.Background(), o, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := New(Options{
+		Client: client, Namespace: "csi-rclone-mounts", NodeName: testNode, DriverName: "csi-rclone",
+		Version: "v1.2.3", Image: "example.org/csi-rclone:v1.2.3", KubeletDir: t.TempDir(),
+		Resources: Resources{
+			CPURequest: resource.MustParse("50m"), CPULimit: resource.MustParse("1"),
+			MemoryRequest: resource.MustParse("64Mi"), MemoryLimit: resource.MustParse("1Gi"),
+			CacheSize: resource.MustParse("5Gi"),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, client
+}
+
+// Start makes the volume's pod before it mounts; the mount fails here (no
+// mount point), which leaves the pod to look at. Nothing of the spec's
+// config is in the pod: not in its spec, env, args, labels or annotations.
+func TestPodHasNoCredential(t *testing.T) {
+	l, client := newTestLauncher(t)
+	const key, token = "s3cr3t-access-key-9f8e7d", "override-token-abcdef"
+	spec := worker.Spec{
+		VolumeID: "pvc-1", MountPoint: "/nonexistent/mount/point", CacheDir: "/var/lib/csi-rclone/cache/x",
+		Volume: secrets.Volume{
+			Config:   secrets.Config{"s3": {"type": "s3", "access_key_id": "AKIDEXAMPLE123", "secret_access_key": key, "session_token": token}},
+			Remote:   "s3", Path: "bucket",
+			Secrets:  []string{token},
+			MountOpt: map[string]string{"allow_other": "true"},
+		},
+	}
+	_, err := l.Start(context.Background(), worker.Options{UID: testUID, GID: testUID}, spec)
+	if err == nil {
+		t.Fatal("start without a mount point succeeded")
+	}
+	for _, v := range []string{key, token, "AKIDEXAMPLE123"} {
+		if strings.Contains(err.Error(), v) {
+			t.Fatalf("the error has a credential: %v", err)
+		}
+	}
+	list, err := client.CoreV1().Pods("csi-rclone-mounts").List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("pods: %v, %v", list, err)
+	}
+	raw, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{key, token, "AKIDEXAMPLE123"} {
+		if strings.Contains(string(raw), v) {
+			t.Fatalf("the mount pod has a credential %q: %s", v, raw)
+		}
+	}
+}
+
+// The pod passes Pod Security "restricted", as the kube-apiserver's own
+// admission evaluates it, and has what the node plugin's admission policy
+// asks for.
+func TestPodIsRestricted(t *testing.T) {
+	l, _ := newTestLauncher(t)
+	pod := l.spec("pvc-1", testUID).pod()
+
+	ev, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv := psapi.LevelVersion{Level: psapi.LevelRestricted, Version: psapi.LatestVersion()}
+	for _, r := range ev.EvaluatePod(lv, &pod.ObjectMeta, &pod.Spec) {
+		if !r.Allowed {
+			t.Errorf("restricted: %s: %s", r.ForbiddenReason, r.ForbiddenDetail)
+		}
+	}
+
+	// The evaluator does refuse: a pod that may escalate is not restricted.
+	bad := pod.DeepCopy()
+	yes := true
+	bad.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = &yes
+	refused := false
+	for _, r := range ev.EvaluatePod(lv, &bad.ObjectMeta, &bad.Spec) {
+		refused = refused || !r.Allowed
+	}
+	if !refused {
+		t.Fatal("the evaluator allowed privilege escalation")
+	}
+
+	s, c := pod.Spec, pod.Spec.Containers[0]
+	for _, check := range []struct {
+		what string
+		ok   bool
+	}{
+		{"on this node", s.NodeName == testNode},
+		{"no service account token", s.AutomountServiceAccountToken != nil && !*s.AutomountServiceAccountToken},
+		{"not host network, pid or ipc", !s.HostNetwork && !s.HostPID && !s.HostIPC},
+		{"the worker's uid", *s.SecurityContext.RunAsUser == testUID && *s.SecurityContext.RunAsGroup == testUID},
+		{"read-only root", c.SecurityContext.ReadOnlyRootFilesystem != nil && *c.SecurityContext.ReadOnlyRootFilesystem},
+		{"the driver's image", c.Image == "example.org/csi-rclone:v1.2.3"},
+		{"the worker command", len(c.Args) > 0 && c.Args[0] == "mount-worker"},
+		{"restarts with its cache", s.RestartPolicy == corev1.RestartPolicyAlways},
+		{"memory limit", c.Resources.Limits.Memory().String() == "1Gi"},
+		{"cpu request", c.Resources.Requests.Cpu().String() == "50m"},
+		{"version label", pod.Labels[LabelVersion] == "v1.2.3"},
+		{"volume id annotation", pod.Annotations[AnnotationVolumeID] == "pvc-1"},
+	} {
+		if !check.ok {
+			t.Errorf("pod: not %s", check.what)
+		}
+	}
+	for _, v := range s.Volumes {
+		if v.EmptyDir == nil {
+			t.Errorf("volume %s is not an emptyDir", v.Name)
+		}
+		if v.Name == cacheVolume && (v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.String() != "5Gi") {
+			t.Errorf("cache sizeLimit %v", v.EmptyDir.SizeLimit)
+		}
+	}
+	if t.Failed() {
+		out, _ := yaml.Marshal(pod)
+		t.Logf("%s", out)
+	}
+}
+
+func TestEnsure(t *testing.T) {
+	other := func(mod func(*corev1.Pod)) *corev1.Pod {
+		l, _ := newTestLauncher(t)
+		p := l.spec("pvc-1", testUID).pod()
+		p.UID = "old"
+		mod(p)
+		return p
+	}
+	for _, tc := range []struct {
+		name    string
+		there   *corev1.Pod
+		reused  bool
+		created int
+	}{
+		{"none: made", nil, false, 1},
+		{"there: used as it is", other(func(*corev1.Pod) {}), true, 0},
+		{"another uid: replaced", other(func(p *corev1.Pod) { u := int64(1); p.Spec.SecurityContext.RunAsUser = &u }), false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l *Launcher
+			var client *fake.Clientset
+			if tc.there != nil {
+				l, client = newTestLauncher(t, tc.there)
+			} else {
+				l, client = newTestLauncher(t)
+			}
+			pod, err := l.ensure(context.Background(), "pvc-1", testUID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := pod.UID == "old"; got != tc.reused {
+				t.Fatalf("reused %t, want %t", got, tc.reused)
+			}
+			if *pod.Spec.SecurityContext.RunAsUser != testUID {
+				t.Fatalf("runs as %d", *pod.Spec.SecurityContext.RunAsUser)
+			}
+			creates := 0
+			for _, a := range client.Actions() {
+				if a.GetVerb() == "create" && a.GetResource().Resource == "pods" {
+					creates++
+				}
+			}
+			if tc.there != nil {
+				creates-- // the test's own
+			}
+			if creates != tc.created {
+				t.Fatalf("%d pods created, want %d", creates, tc.created)
+			}
+		})
+	}
+}
+
+// Pods finds this node's and this driver's mount pods only; Sweep deletes
+// those no volume keeps.
+func TestPodsAndSweep(t *testing.T) {
+	l0, _ := newTestLauncher(t)
+	mine := l0.spec("kept", testUID).pod()
+	orphan := l0.spec("orphan", testUID).pod()
+	elsewhere := l0.spec("kept", testUID)
+	elsewhere.node = "node-b"
+	otherDriver := l0.spec("kept2", testUID)
+	otherDriver.driver = "another"
+	l, client := newTestLauncher(t, mine, orphan, elsewhere.pod(), otherDriver.pod())
+
+	pods, err := l.Pods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 2 || pods["kept"] == nil || pods["orphan"] == nil {
+		t.Fatalf("pods %v", pods)
+	}
+	l.Sweep(context.Background(), pods, func(id string) bool { return id == "kept" })
+	list, _ := client.CoreV1().Pods("csi-rclone-mounts").List(context.Background(), metav1.ListOptions{})
+	names := map[string]bool{}
+	for _, p := range list.Items {
+		names[p.Name] = true
+	}
+	if names[orphan.Name] || !names[mine.Name] || len(names) != 3 {
+		t.Fatalf("after sweep: %v", names)
+	}
+	if _, err := l.Adopt(context.Background(), "gone", nil); !errors.Is(err, ErrNoPod) {
+		t.Fatalf("adopt without pod: %v", err)
+	}
+}
+
+func TestCannotRun(t *testing.T) {
+	waiting := func(reason string) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}}}}
+	}
+	for _, tc := range []struct {
+		pod  *corev1.Pod
+		fail bool
+	}{
+		{waiting("ContainerCreating"), false},
+		{waiting("CrashLoopBackOff"), false}, // it comes back by itself
+		{waiting("ErrImagePull"), true},
+		{waiting("CreateContainerConfigError"), true},
+		{&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}, true},
+		{&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, false},
+	} {
+		if got := cannotRun(tc.pod) != ""; got != tc.fail {
+			t.Errorf("%+v: cannot run %t, want %t", tc.pod.Status, got, tc.fail)
+		}
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	for in, want := range map[string]string{"v1.2.3": "v1.2.3", "dev": "dev", "1.0+git/abc": "1.0gitabc", "-x-": "x", strings.Repeat("a", 70): strings.Repeat("a", 63)} {
+		if got := labelValue(in); got != want {
+			t.Errorf("labelValue(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
