@@ -58,6 +58,7 @@ func run(args []string) error {
 	var ss secretServiceFlags
 	var tenant tenantFlags
 	var sidecars sidecarFlags
+	var mounter mounterFlags
 	fl.StringVar(&opts.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint")
 	fl.StringVar(&opts.NodeID, "nodeid", "", "node id (the Kubernetes node name)")
 	fl.StringVar(&opts.DriverName, "driver-name", driver.DefaultDriverName, "CSI driver name; equals the CSIDriver object's name")
@@ -77,6 +78,7 @@ func run(args []string) error {
 	tenant.register(fl)
 	ss.register(fl)
 	sidecars.register(fl)
+	mounter.register(fl)
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -103,6 +105,9 @@ func run(args []string) error {
 		}
 		defer stopEvents()
 		opts.Events = rec
+	}
+	if err := mounter.apply(&opts, int64(tenant.limits.DefaultCacheSize)); err != nil {
+		return err
 	}
 	d, err := driver.New(opts)
 	if err != nil {

@@ -93,6 +93,9 @@ type Options struct {
 	// Events, when set, records Kubernetes Events on the pods of a volume
 	// that is being mounted again (events.go); nil: none.
 	Events EventRecorder
+	// Mounter runs the mount workers in mount pods; nil: as children of
+	// this process (Worker says how).
+	Mounter Mounter
 }
 
 func (o *Options) setDefaults() {
@@ -196,6 +199,9 @@ func New(opts Options) (*Driver, error) {
 		}
 		d.mounter = m
 		d.node = newNodeServer(d, store, uids)
+		if opts.Mounter != nil {
+			d.node.startWorker = opts.Mounter.Start
+		}
 	}
 	return d, nil
 }

@@ -811,13 +811,14 @@ func (s *nodeServer) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVo
 	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
 }
 
-// killAll stops every worker at once, without unmount or drain.
+// killAll lets go of every worker at once, without unmount or drain: a
+// child worker is killed, a mount pod goes on serving (detach).
 func (s *nodeServer) killAll() {
 	s.mu.Lock()
 	vols := slices.Collect(maps.Values(s.volumes))
 	s.mu.Unlock()
 	for _, v := range vols {
-		s.kill(v)
+		s.detach(v)
 	}
 }
 

@@ -146,6 +146,7 @@ type fakeWorker struct {
 func (w *fakeWorker) Pid() int              { return w.pid }
 func (w *fakeWorker) Done() <-chan struct{} { return w.done }
 func (w *fakeWorker) Kill()                 { w.once.Do(func() { close(w.done) }) }
+func (w *fakeWorker) Detach()               { w.Kill() }
 
 func (w *fakeWorker) Drain(context.Context, time.Duration) error { return w.drainErr }
 

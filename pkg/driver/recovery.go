@@ -66,6 +66,7 @@ func (s *nodeServer) load() []*stagedVolume {
 // with bounded concurrency, and returns when all are made; volumes whose
 // attempt failed are retried in the background with backoff.
 func (s *nodeServer) recoverAll(ctx context.Context, vols []*stagedVolume) {
+	adopted := s.adoptAll(ctx, vols)
 	sem := make(chan struct{}, s.d.opts.RecoveryConcurrency)
 	var wg sync.WaitGroup
 	for _, v := range vols {
@@ -80,8 +81,7 @@ func (s *nodeServer) recoverAll(ctx context.Context, vols []*stagedVolume) {
 				return
 			}
 			defer func() { <-sem }()
-			s.tellPods(v, corev1.EventTypeWarning, ReasonRecovering, "the node plugin restarted; mounting the volume again")
-			err = s.restore(ctx, v) // no worker of ours serves it: mount anew
+			err = s.adoptOrRestore(ctx, v, adopted[v.id])
 		})
 		if !started {
 			wg.Done()

@@ -27,13 +27,17 @@ type mountTable interface {
 	ReplaceSubpathBind(ctx context.Context, b mounter.SubpathBind, source string) (int, error)
 }
 
-// mountWorker is one volume's running worker: *worker.Process.
+// mountWorker is one volume's running worker: *worker.Process, or a
+// mount pod's (see Mounter).
 type mountWorker interface {
 	Pid() int
 	Done() <-chan struct{}
 	Drain(ctx context.Context, d time.Duration) error
 	Wait(d time.Duration) (worker.Exit, bool)
 	Kill()
+	// Detach lets go of the worker as the driver shuts down: a child dies
+	// with it, a mount pod goes on serving.
+	Detach()
 }
 
 // workerStarter starts a volume's worker (and with it, its FUSE mount).

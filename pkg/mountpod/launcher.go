@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rclone/rclone/fs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -77,6 +79,20 @@ func (l *Launcher) spec(volumeID string, uid int) podSpec {
 	}
 }
 
+// cacheMargin is what a cache emptyDir holds beyond the VFS cache's own
+// limit, which rclone enforces only now and then (and not on open files).
+const cacheMargin = 1 << 30
+
+// cacheSizeOf is the sizeLimit of a volume's cache emptyDir: its VFS cache
+// limit (the tenant policy bounded it) and a margin; def when it has none.
+func cacheSizeOf(vfsOpt map[string]string, def resource.Quantity) resource.Quantity {
+	var size fs.SizeSuffix
+	if err := size.Set(vfsOpt["vfs_cache_max_size"]); err != nil || size <= 0 {
+		return def
+	}
+	return *resource.NewQuantity(int64(size)+cacheMargin, resource.BinarySI)
+}
+
 // Worker is a volume's worker in its mount pod.
 type Worker struct {
 	*worker.Conn
@@ -119,7 +135,7 @@ func (w *Worker) Wait(d time.Duration) (worker.Exit, bool) {
 // serves the volume (its mount is dead, or the caller wants a new one) is
 // told to start again first.
 func (l *Launcher) Start(ctx context.Context, opts worker.Options, spec worker.Spec) (*Worker, error) {
-	pod, err := l.ensure(ctx, spec.VolumeID, opts.UID)
+	pod, err := l.ensure(ctx, spec.VolumeID, opts.UID, cacheSizeOf(spec.Volume.VFSOpt, l.opts.Resources.CacheSize))
 	if err != nil {
 		return nil, err
 	}
@@ -196,8 +212,10 @@ func cannotRun(p *corev1.Pod) string {
 
 // ensure returns the volume's pod on this node, made now if there is none
 // (or if the one there is being deleted, or runs as another uid).
-func (l *Launcher) ensure(ctx context.Context, volumeID string, uid int) (*corev1.Pod, error) {
-	want := l.spec(volumeID, uid).pod()
+func (l *Launcher) ensure(ctx context.Context, volumeID string, uid int, cacheSize resource.Quantity) (*corev1.Pod, error) {
+	ps := l.spec(volumeID, uid)
+	ps.res.CacheSize = cacheSize
+	want := ps.pod()
 	pods := l.opts.Client.CoreV1().Pods(l.opts.Namespace)
 	for {
 		pod, err := pods.Get(ctx, want.Name, metav1.GetOptions{})
@@ -325,4 +343,52 @@ func (l *Launcher) track(pod *corev1.Pod, add bool) {
 		delete(l.known, pod.UID)
 		metricPods.WithLabelValues(pod.Labels[LabelVersion]).Dec()
 	}
+}
+
+// adoptTimeout bounds an attach to one pod after a restart: a worker that
+// runs answers at once; one whose container is starting again has no
+// volume to give back anyway.
+const adoptTimeout = 3 * time.Second
+
+// Recover runs once as the plugin starts: it lists this node's mount pods,
+// deletes those of no recorded volume, and attaches to the worker of each
+// recorded one, at once. A volume that is missing from the result has no
+// pod, or a pod whose worker serves nothing (or does not answer): it is
+// mounted again, in the same pod if there is one (Start).
+func (l *Launcher) Recover(ctx context.Context, volumeIDs []string) map[string]*Worker {
+	pods, err := l.Pods(ctx)
+	if err != nil {
+		klog.ErrorS(err, "listing the mount pods; every volume is mounted again")
+		return nil
+	}
+	keep := make(map[string]bool, len(volumeIDs))
+	for _, id := range volumeIDs {
+		keep[id] = true
+	}
+	l.Sweep(ctx, pods, func(id string) bool { return keep[id] })
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	out := map[string]*Worker{}
+	for _, id := range volumeIDs {
+		pod := pods[id]
+		if pod == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, adoptTimeout)
+			defer cancel()
+			w, err := l.Adopt(ctx, id, pod)
+			if err != nil {
+				klog.InfoS("the volume's mount pod serves nothing; mounting again", "volumeID", id, "pod", klog.KObj(pod), "err", err)
+				return
+			}
+			mu.Lock()
+			out[id] = w
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
 }

@@ -56,8 +56,8 @@ func TestPodHasNoCredential(t *testing.T) {
 	spec := worker.Spec{
 		VolumeID: "pvc-1", MountPoint: "/nonexistent/mount/point", CacheDir: "/var/lib/csi-rclone/cache/x",
 		Volume: secrets.Volume{
-			Config:   secrets.Config{"s3": {"type": "s3", "access_key_id": "AKIDEXAMPLE123", "secret_access_key": key, "session_token": token}},
-			Remote:   "s3", Path: "bucket",
+			Config: secrets.Config{"s3": {"type": "s3", "access_key_id": "AKIDEXAMPLE123", "secret_access_key": key, "session_token": token}},
+			Remote: "s3", Path: "bucket",
 			Secrets:  []string{token},
 			MountOpt: map[string]string{"allow_other": "true"},
 		},
@@ -178,7 +178,7 @@ func TestEnsure(t *testing.T) {
 			} else {
 				l, client = newTestLauncher(t)
 			}
-			pod, err := l.ensure(context.Background(), "pvc-1", testUID)
+			pod, err := l.ensure(context.Background(), "pvc-1", testUID, resource.MustParse("5Gi"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -254,6 +254,15 @@ func TestCannotRun(t *testing.T) {
 	} {
 		if got := cannotRun(tc.pod) != ""; got != tc.fail {
 			t.Errorf("%+v: cannot run %t, want %t", tc.pod.Status, got, tc.fail)
+		}
+	}
+}
+
+func TestCacheSizeOf(t *testing.T) {
+	def := resource.MustParse("3Gi")
+	for in, want := range map[string]string{"": "3Gi", "off": "3Gi", "10G": "11Gi", "512M": "1536Mi"} {
+		if got := cacheSizeOf(map[string]string{"vfs_cache_max_size": in}, def); got.String() != want {
+			t.Errorf("cacheSizeOf(%q) = %s, want %s", in, got.String(), want)
 		}
 	}
 }
