@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -35,6 +36,8 @@ type chartCase struct {
 	provisionerSecrets []string
 	// node.sidecars=false: the driver registers and serves /healthz itself
 	oneContainer bool
+	// node.mounter=pod: the namespace of the mount pods; "" for process
+	mountNamespace string
 }
 
 var cases = []chartCase{
@@ -153,6 +156,22 @@ controller: {sidecars: false}
 		cacheDir:     "/var/lib/csi-rclone/rclone.csi.example.org/cache",
 		oneContainer: true,
 	},
+	{
+		// Each volume's rclone in a mount pod of its own.
+		name: "mount-pods",
+		values: `
+node:
+  mounter: pod
+  mountPods:
+    resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {cpu: "2", memory: 1Gi}}
+    cacheSize: 8Gi
+`,
+		driverName:     "csi-rclone",
+		kubeletDir:     "/var/lib/kubelet",
+		stateDir:       "/run/csi-rclone/csi-rclone",
+		cacheDir:       "/var/lib/csi-rclone/csi-rclone/cache",
+		mountNamespace: "csi-rclone-mounts",
+	},
 }
 
 func readFile(name string) string {
@@ -185,6 +204,7 @@ func TestChart(t *testing.T) {
 			checkImages(t, o)
 			checkSecretService(t, o, c)
 			checkTenant(t, o, c)
+			checkMountPods(t, o, c)
 		})
 	}
 }
@@ -342,7 +362,7 @@ func checkNode(t *testing.T, o *objects, c chartCase) {
 		t.Errorf("liveness probe port %q is not the sidecar's --http-endpoint=%s", named, endpoint)
 	}
 
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+	if c.mountNamespace == "" && (spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken) {
 		t.Error("node pod mounts an API token; it needs none")
 	}
 	if spec.PriorityClassName != "system-node-critical" {
@@ -363,6 +383,9 @@ func checkNode(t *testing.T, o *objects, c chartCase) {
 		checkNotBound(t, "ClusterRoleBinding "+b.Name, b.Subjects, sa)
 	}
 	for _, b := range o.bindings {
+		if c.mountNamespace != "" && b.Namespace == c.mountNamespace && b.RoleRef.Name == "csi-rclone-mount-pods" {
+			continue // checkMountPods
+		}
 		checkNotBound(t, "RoleBinding "+b.Name, b.Subjects, sa)
 	}
 }
@@ -664,6 +687,7 @@ storageClasses:
 		"relative kubelet dir": "kubeletDir: var/lib/kubelet",
 		"bad driver name":      "driverName: CSI_rclone",
 		"two CA sources":       "secretService: {endpoint: grpcs://x:1, ca: {configMap: a, secret: b}}",
+		"unknown mounter":      "node: {mounter: pods}",
 	} {
 		if _, err := deploy.Render(chartDir, []byte(values), deploy.ReleaseNamespace); err == nil {
 			t.Errorf("%s: rendered", name)
@@ -758,5 +782,85 @@ func TestChartNetworkPolicyOff(t *testing.T) {
 	o := decodeFiles(t, render(t, "networkPolicy: {enabled: false}\n"))
 	if len(o.netpols) != 0 {
 		t.Errorf("%d NetworkPolicies with networkPolicy.enabled=false", len(o.netpols))
+	}
+}
+
+// With mounter: pod the node plugin makes mount pods, in their namespace
+// only (Pod Security restricted), from its own image, and the admission
+// policy binds what it may create; with process, none of it is there.
+func checkMountPods(t *testing.T, o *objects, c chartCase) {
+	spec := nodeSpec(t, o)
+	p := container(spec, "csi-rclone")
+	mounter, _ := flag(p.Args, "mounter")
+	if c.mountNamespace == "" {
+		if mounter != "" || len(o.namespaces)+len(o.policies)+len(o.policyBindings) != 0 {
+			t.Errorf("mounter=process: --mounter=%q, %d namespaces, %d policies", mounter, len(o.namespaces), len(o.policies))
+		}
+		return
+	}
+	if mounter != "pod" {
+		t.Errorf("--mounter=%q, want pod", mounter)
+	}
+	for f, want := range map[string]string{
+		"mount-namespace": c.mountNamespace, "mount-image": p.Image, "kubelet-dir": c.kubeletDir,
+		"mount-pod-cpu-request": "20m", "mount-pod-cpu-limit": "2", "mount-pod-memory-request": "32Mi",
+		"mount-pod-memory-limit": "1Gi", "mount-pod-cache-size": "8Gi",
+	} {
+		if v, _ := flag(p.Args, f); v != want {
+			t.Errorf("--%s=%q, want %q", f, v, want)
+		}
+	}
+	if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+		t.Error("mounter=pod: the node plugin has no API token")
+	}
+	if len(o.namespaces) != 1 || o.namespaces[0].Name != c.mountNamespace || o.namespaces[0].Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("mount namespace: %+v", o.namespaces)
+	}
+	// The node plugin's only grant: pods in the mount namespace.
+	sa := spec.ServiceAccountName
+	var grants []string
+	for _, b := range o.bindings {
+		for _, s := range b.Subjects {
+			if s.Kind != "ServiceAccount" || s.Name != sa {
+				continue
+			}
+			if b.Namespace != c.mountNamespace || b.RoleRef.Kind != "Role" {
+				t.Errorf("RoleBinding %s/%s grants the node plugin %s", b.Namespace, b.Name, b.RoleRef.Name)
+			}
+			for _, r := range o.roles {
+				if r.Name == b.RoleRef.Name && r.Namespace == b.Namespace {
+					for _, rule := range r.Rules {
+						grants = append(grants, strings.Join(rule.APIGroups, ",")+"/"+strings.Join(rule.Resources, ",")+":"+strings.Join(rule.Verbs, ","))
+					}
+				}
+			}
+		}
+	}
+	if !slices.Equal(grants, []string{"/pods:create,get,list,watch,delete"}) {
+		t.Errorf("node plugin grants %q", grants)
+	}
+	if len(o.policies) != 1 || len(o.policyBindings) != 1 {
+		t.Fatalf("%d admission policies, %d bindings; want 1 each", len(o.policies), len(o.policyBindings))
+	}
+	pol, bind := o.policies[0], o.policyBindings[0]
+	if bind.Spec.PolicyName != pol.Name || !slices.Equal(bind.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+		t.Errorf("policy binding %+v", bind.Spec)
+	}
+	if pol.Spec.FailurePolicy == nil || *pol.Spec.FailurePolicy != admissionv1.Fail {
+		t.Error("the admission policy does not fail closed")
+	}
+	if len(pol.Spec.MatchConditions) != 1 || !strings.Contains(pol.Spec.MatchConditions[0].Expression, `"system:serviceaccount:kube-system:csi-rclone-node"`) {
+		t.Errorf("policy match %+v", pol.Spec.MatchConditions)
+	}
+	var all string
+	for _, v := range pol.Spec.Validations {
+		all += v.Expression + "\n"
+	}
+	for _, want := range []string{"authentication.kubernetes.io/node-name", "object.spec.nodeName == variables.node", strconv.Quote(p.Image),
+		"has(v.emptyDir)", "automountServiceAccountToken == false", "hostNetwork", "runAsNonRoot", "RuntimeDefault",
+		"allowPrivilegeEscalation == false", "readOnlyRootFilesystem", "'ALL' in c.securityContext.capabilities.drop", strconv.Quote(c.mountNamespace)} {
+		if !strings.Contains(all+pol.Spec.Variables[0].Expression, want) {
+			t.Errorf("the admission policy does not check %s", want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -93,6 +94,9 @@ type objects struct {
 	pods            []*corev1.Pod
 	netpols         []*networkingv1.NetworkPolicy
 	unstructured    []*unstructured.Unstructured // of the unvendored groups
+	namespaces      []*corev1.Namespace
+	policies        []*admissionv1.ValidatingAdmissionPolicy
+	policyBindings  []*admissionv1.ValidatingAdmissionPolicyBinding
 }
 
 func decodeFiles(t *testing.T, files map[string]string) *objects {
@@ -145,6 +149,12 @@ func (o *objects) add(t *testing.T, file string, obj runtime.Object) {
 		o.netpols = append(o.netpols, v)
 	case *unstructured.Unstructured:
 		o.unstructured = append(o.unstructured, v)
+	case *corev1.Namespace:
+		o.namespaces = append(o.namespaces, v)
+	case *admissionv1.ValidatingAdmissionPolicy:
+		o.policies = append(o.policies, v)
+	case *admissionv1.ValidatingAdmissionPolicyBinding:
+		o.policyBindings = append(o.policyBindings, v)
 	default:
 		t.Fatalf("%s: unexpected %T", file, obj)
 	}

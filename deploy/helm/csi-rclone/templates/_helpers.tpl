@@ -115,3 +115,8 @@ The argument is the container's name.
 - --tenant-max-value-bytes={{ $t.limits.maxValueBytes }}
 - --tenant-max-secret-bytes={{ $t.limits.maxSecretBytes }}
 {{- end -}}
+
+{{/* Namespace of the mount pods. */}}
+{{- define "csi-rclone.mountNamespace" -}}
+{{- default (printf "%s-mounts" (include "csi-rclone.fullname" .)) .Values.node.mountPods.namespace -}}
+{{- end -}}
