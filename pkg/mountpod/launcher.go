@@ -135,10 +135,27 @@ func (w *Worker) Wait(d time.Duration) (worker.Exit, bool) {
 // serves the volume (its mount is dead, or the caller wants a new one) is
 // told to start again first.
 func (l *Launcher) Start(ctx context.Context, opts worker.Options, spec worker.Spec) (*Worker, error) {
-	pod, err := l.ensure(ctx, spec.VolumeID, opts.UID, cacheSizeOf(spec.Volume.VFSOpt, l.opts.Resources.CacheSize))
+	pod, created, err := l.ensure(ctx, spec.VolumeID, opts.UID, cacheSizeOf(spec.Volume.VFSOpt, l.opts.Resources.CacheSize))
 	if err != nil {
 		return nil, err
 	}
+	w, err := l.startOn(ctx, pod, opts, spec)
+	if err != nil && created {
+		// Its cache holds nothing yet, and a stage that keeps failing
+		// (bad credentials) is never unstaged: the pod goes now.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if derr := l.delete(ctx, pod); derr != nil {
+				klog.ErrorS(derr, "deleting the mount pod of a failed stage", "pod", klog.KObj(pod))
+			}
+		}()
+	}
+	return w, err
+}
+
+// startOn hands the volume to pod's worker.
+func (l *Launcher) startOn(ctx context.Context, pod *corev1.Pod, opts worker.Options, spec worker.Spec) (*Worker, error) {
 	socket := SocketPath(l.opts.KubeletDir, string(pod.UID))
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -212,7 +229,7 @@ func cannotRun(p *corev1.Pod) string {
 
 // ensure returns the volume's pod on this node, made now if there is none
 // (or if the one there is being deleted, or runs as another uid).
-func (l *Launcher) ensure(ctx context.Context, volumeID string, uid int, cacheSize resource.Quantity) (*corev1.Pod, error) {
+func (l *Launcher) ensure(ctx context.Context, volumeID string, uid int, cacheSize resource.Quantity) (_ *corev1.Pod, created bool, _ error) {
 	ps := l.spec(volumeID, uid)
 	ps.res.CacheSize = cacheSize
 	want := ps.pod()
@@ -226,24 +243,24 @@ func (l *Launcher) ensure(ctx context.Context, volumeID string, uid int, cacheSi
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("%w: creating mount pod %s/%s: %w", worker.ErrUnavailable, want.Namespace, want.Name, err)
+				return nil, false, fmt.Errorf("%w: creating mount pod %s/%s: %w", worker.ErrUnavailable, want.Namespace, want.Name, err)
 			}
 			metricPodsCreated.Inc()
 			klog.InfoS("mount pod created", "pod", klog.KObj(pod), "volumeID", volumeID, "uid", uid)
-			return pod, nil
+			return pod, true, nil
 		case err != nil:
-			return nil, fmt.Errorf("%w: reading mount pod %s/%s: %w", worker.ErrUnavailable, want.Namespace, want.Name, err)
+			return nil, false, fmt.Errorf("%w: reading mount pod %s/%s: %w", worker.ErrUnavailable, want.Namespace, want.Name, err)
 		case pod.DeletionTimestamp != nil:
 			if err := l.waitGone(ctx, pod); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		case runAsUser(pod) != int64(uid) || pod.Annotations[AnnotationVolumeID] != volumeID:
 			klog.InfoS("replacing a mount pod made for another uid", "pod", klog.KObj(pod), "volumeID", volumeID)
 			if err := l.delete(ctx, pod); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		default:
-			return pod, nil
+			return pod, false, nil
 		}
 	}
 }

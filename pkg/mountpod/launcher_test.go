@@ -6,11 +6,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	psapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
@@ -71,17 +74,32 @@ func TestPodHasNoCredential(t *testing.T) {
 			t.Fatalf("the error has a credential: %v", err)
 		}
 	}
-	list, err := client.CoreV1().Pods("csi-rclone-mounts").List(context.Background(), metav1.ListOptions{})
-	if err != nil || len(list.Items) != 1 {
-		t.Fatalf("pods: %v, %v", list, err)
+	var created []runtime.Object
+	for _, a := range client.Actions() {
+		if c, ok := a.(k8stesting.CreateAction); ok {
+			created = append(created, c.GetObject())
+		}
 	}
-	raw, err := json.Marshal(list)
+	if len(created) != 1 {
+		t.Fatalf("%d objects created, want the mount pod", len(created))
+	}
+	raw, err := json.Marshal(created)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, v := range []string{key, token, "AKIDEXAMPLE123"} {
 		if strings.Contains(string(raw), v) {
 			t.Fatalf("the mount pod has a credential %q: %s", v, raw)
+		}
+	}
+	// A failed stage leaves no pod of its own.
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		list, err := client.CoreV1().Pods("csi-rclone-mounts").List(context.Background(), metav1.ListOptions{})
+		if err == nil && len(list.Items) == 0 {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("the failed stage's pod is still there: %v %v", list, err)
 		}
 	}
 }
@@ -178,9 +196,12 @@ func TestEnsure(t *testing.T) {
 			} else {
 				l, client = newTestLauncher(t)
 			}
-			pod, err := l.ensure(context.Background(), "pvc-1", testUID, resource.MustParse("5Gi"))
+			pod, created, err := l.ensure(context.Background(), "pvc-1", testUID, resource.MustParse("5Gi"))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if created != (tc.created == 1) {
+				t.Fatalf("created %t", created)
 			}
 			if got := pod.UID == "old"; got != tc.reused {
 				t.Fatalf("reused %t, want %t", got, tc.reused)
