@@ -78,6 +78,8 @@ bench: fuse-conf
 # Everything runs in a network namespace of its own under
 # /tmp/csi-rclone-cluster and is undone on the way out.
 CLUSTER_DEBS := etcd-server containerd runc containernetworking-plugins busybox-static iproute2 util-linux
+# MOUNTER=pod runs the scenario with the mount workers in mount pods.
+MOUNTER ?= process
 .PHONY: e2e-cluster cluster-down
 e2e-cluster: fuse-conf
 	@missing=$$(for p in $(CLUSTER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -87,7 +89,7 @@ e2e-cluster: fuse-conf
 	@# The test tears the cluster down itself; this also covers a test binary
 	@# that dies without its cleanups (timeout, kill, Ctrl-C).
 	@trap 'true' INT TERM; \
-	CSI_RCLONE_E2E_CLUSTER=1 $(GO) test -count=1 -timeout 60m -v -run '^TestCluster$$' ./test/cluster/e2e/; rc=$$?; \
+	CSI_RCLONE_E2E_CLUSTER=1 CSI_RCLONE_E2E_MOUNTER=$(MOUNTER) $(GO) test -count=1 -timeout 60m -v -run '^TestCluster$$' ./test/cluster/e2e/; rc=$$?; \
 	$(GO) run ./test/cluster/cmd/cluster down || rc=1; exit $$rc
 
 # Tear down what an interrupted e2e-cluster left (processes, mounts, cgroups,

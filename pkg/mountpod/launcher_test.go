@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -293,5 +294,28 @@ func TestLabelValue(t *testing.T) {
 		if got := labelValue(in); got != want {
 			t.Errorf("labelValue(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The pods-per-version gauge counts each pod once, from the plugin that
+// made or adopted it until it is deleted.
+func TestPodsPerVersion(t *testing.T) {
+	l, _ := newTestLauncher(t)
+	old := l.spec("a", testUID).pod()
+	old.UID, old.Labels[LabelVersion] = "u1", "v1.0.0"
+	cur := l.spec("b", testUID).pod()
+	cur.UID = "u2"
+	gauge := func(v string) float64 { return testutil.ToFloat64(metricPods.WithLabelValues(v)) }
+	base0, base1 := gauge("v1.0.0"), gauge("v1.2.3")
+	l.track(old, true)
+	l.track(old, true) // adopted, then started again: still one
+	l.track(cur, true)
+	if gauge("v1.0.0")-base0 != 1 || gauge("v1.2.3")-base1 != 1 {
+		t.Fatalf("gauges %v %v", gauge("v1.0.0")-base0, gauge("v1.2.3")-base1)
+	}
+	l.track(old, false)
+	l.track(old, false)
+	if gauge("v1.0.0") != base0 {
+		t.Fatalf("after delete: %v", gauge("v1.0.0")-base0)
 	}
 }

@@ -64,6 +64,9 @@ node:
   events: true
   stateDir: %s
   cacheDir: %s
+  mounter: %s
+  mountPods:
+    resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 1Gi}}
 controller:
   sidecars: false
 inlineVolumes: {enabled: true}
@@ -74,7 +77,7 @@ secretService:
     enabled: true
     replicas: 1
     image: {repository: csi-rclone.test/csi-rclone-secret-service, tag: "1", pullPolicy: Never}
-`, tag, c.KubeletDir, cluster.ProvisionerVersion, c.Path("run", "csi-rclone"), c.Path("cache"), secretServiceEndpoint)
+`, tag, c.KubeletDir, cluster.ProvisionerVersion, c.Path("run", "csi-rclone"), c.Path("cache"), mounterMode(), secretServiceEndpoint)
 	v, err := chartutil.ReadValues([]byte(text))
 	if err != nil {
 		panic(err)
@@ -204,12 +207,40 @@ func TestCluster(t *testing.T) {
 	e.pod(ctx, podOpts{name: "second", claim: "data", script: loopScript("/data/second", "second")})
 	// The session's directory through a subPath mount of the same volume.
 	e.pod(ctx, podOpts{name: "sub", claim: "data", subPath: "session", script: loopScript("/data", "sub")})
+	pods := []string{"session", "second", "sub"}
+	podMode := mounterMode() == "pod"
+	if podMode {
+		// Open files and a working directory across everything below; and
+		// another volume, which one volume's trouble must not reach.
+		e.pod(ctx, podOpts{name: "held", claim: "data", script: heldScript()})
+		e.secret(ctx, "other", map[string]string{
+			"remote": "store", "remotePath": bucket + "/other",
+			"configData": s3server.RcloneConfig("store", s3.Endpoint, accessKey, encrypt(t, pub, s3.Endpoint, secretKey)),
+		})
+		if err := os.MkdirAll(s3.Object(bucket, "other"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(s3.Object(bucket, "other/.keep"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e.pvc(ctx, "other", "other", corev1.ReadWriteMany)
+		e.bound(ctx, "other")
+		e.pod(ctx, podOpts{name: "other", claim: "other", script: loopScript("/data/other", "other")})
+		pods = append(pods, "held", "other")
+	}
 	uids := map[string]string{}
-	for _, p := range []string{"session", "second", "sub"} {
+	for _, p := range pods {
 		uids[p] = string(e.running(ctx, p).UID)
 	}
 	since := uptime()
-	e.recovered(ctx, "start", since, "session", "second", "sub")
+	e.recovered(ctx, "start", since, pods...)
+	var handle, otherHandle, mountPodName string
+	if podMode {
+		handle, otherHandle = volumeHandle(ctx, e, pv), volumeHandle(ctx, e, e.bound(ctx, "other"))
+		checkMountPods(ctx, e, []string{handle, otherHandle}, secretKey)
+		mp := mountPods(ctx, e)[handle]
+		mountPodName, uids["mount pod"] = mp.Name, string(mp.UID)
+	}
 	e.waitFor(ctx, "the session's file in the bucket", time.Minute, func() (bool, error) {
 		data, err := os.ReadFile(s3.Object(bucket, "session/session-once.txt"))
 		return err == nil && string(data) == "session hello\n", err
@@ -242,6 +273,7 @@ sleep 3600`})
 
 	// Every way the node plugin goes away; after each, every pod reads and
 	// writes again, never restarted.
+	var longest time.Duration
 	for _, d := range []struct {
 		name string
 		do   func(t *testing.T, e *env)
@@ -296,6 +328,24 @@ sleep 3600`})
 			since := uptime()
 			sinceWall := time.Now()
 			d.do(t, e)
+			if podMode {
+				// The mounts never went away: nothing failed, not even a
+				// file held open or a working directory.
+				for p, in := range e.recovered(ctx, d.name, since, pods...) {
+					if in.failed > 0 {
+						t.Errorf("pod %s: %d failed operations across %s; first: %s", p, in.failed, d.name, in.firstFail)
+					}
+					longest = max(longest, in.longest)
+				}
+				// The mount pod is the one made at the stage, on its first
+				// image (helm upgrade included) and never restarted.
+				e.notRestartedIn(ctx, mountNS, map[string]string{mountPodName: uids["mount pod"]})
+				if img := mountPods(ctx, e)[handle].Spec.Containers[0].Image; img != "csi-rclone.test/csi-rclone:1" {
+					t.Errorf("the mount pod runs %s, want the image it was made with until its volume is unstaged", img)
+				}
+				e.notRestarted(ctx, map[string]string{"session": uids["session"], "second": uids["second"], "sub": uids["sub"], "held": uids["held"], "other": uids["other"]})
+				return
+			}
 			// The subPath pod's mount is a bind the kubelet made of the
 			// target, which the driver repairs apart (and, once the session
 			// pod has looked its directory up through the dead mount,
@@ -314,6 +364,43 @@ sleep 3600`})
 		inlineVolume(ctx, t, e, s3server.RcloneConfig("store", s3.Endpoint, accessKey, encrypt(t, pub, s3.Endpoint, secretKey)),
 			func(key string) string { return s3.Object(bucket, key) })
 	})
+
+	if podMode {
+		t.Logf("mount pods: the longest stall of any pod across the node plugin's restarts: %s", longest.Round(10*time.Millisecond))
+		t.Run("admission policy", func(t *testing.T) {
+			policyRefuses(ctx, t, c, mountPods(ctx, e)[handle], nodePluginPod(ctx, e).Spec.Containers[0].Image)
+		})
+		t.Run("a mount worker dies (as by the OOM killer)", func(t *testing.T) {
+			e := &env{t: t, c: c, client: c.Client}
+			before := mountPods(ctx, e)[otherHandle]
+			since := uptime()
+			killWorker(t, otherHandle)
+			// The other volume's pods see nothing; this one's come back, in
+			// the same pod (its cache kept), with fresh binds.
+			for p, in := range e.recovered(ctx, "a worker's death", since, "session", "second", "sub") {
+				if in.failed > 0 {
+					t.Errorf("pod %s of another volume: %d failed operations; first: %s", p, in.failed, in.firstFail)
+				}
+			}
+			in := e.recovered(ctx, "its worker's death", since, "other")["other"]
+			t.Logf("the volume whose worker died was back after %s", in.longest.Round(10*time.Millisecond))
+			after := mountPods(ctx, e)[otherHandle]
+			if after.UID != before.UID || after.Status.ContainerStatuses[0].RestartCount < 1 {
+				t.Errorf("mount pod %s (restarts %d), want the same pod restarted", after.UID, after.Status.ContainerStatuses[0].RestartCount)
+			}
+		})
+		t.Run("delete the mount pod", func(t *testing.T) {
+			e := &env{t: t, c: c, client: c.Client}
+			old := mountPods(ctx, e)[otherHandle]
+			since := uptime()
+			if err := c.Client.CoreV1().Pods(mountNS).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			runningMountPod(ctx, e, otherHandle, string(old.UID))
+			in := e.recovered(ctx, "the mount pod's deletion", since, "other")["other"]
+			t.Logf("a deleted mount pod's volume was back by itself after %s (a new pod, a new mount, fresh binds)", in.longest.Round(10*time.Millisecond))
+		})
+	}
 
 	t.Run("bad credentials", func(t *testing.T) {
 		e := &env{t: t, c: c, client: c.Client}
@@ -367,10 +454,17 @@ sleep 3600`})
 
 	t.Run("delete everything", func(t *testing.T) {
 		e := &env{t: t, c: c, client: c.Client}
-		for _, p := range []string{"session", "second", "sub"} {
+		for _, p := range pods {
 			e.deletePod(ctx, p)
 		}
 		deletePVC(ctx, e, "data")
+		if podMode {
+			deletePVC(ctx, e, "other")
+			e.waitFor(ctx, "no mount pod left", time.Minute, func() (bool, error) {
+				n := len(mountPods(ctx, e))
+				return n == 0, fmt.Errorf("%d mount pods", n)
+			})
+		}
 		e.waitFor(ctx, "PV "+pv+" deleted", 2*time.Minute, func() (bool, error) {
 			_, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), err
@@ -553,4 +647,13 @@ func (e *env) logSubpathRepairs(ctx context.Context, what string) {
 			e.t.Logf("%s: %s", what, l[strings.Index(l, "]")+1:])
 		}
 	}
+}
+
+// volumeHandle is the CSI volume id of PV name.
+func volumeHandle(ctx context.Context, e *env, name string) string {
+	pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil || pv.Spec.CSI == nil {
+		e.t.Fatalf("PV %s: %v", name, err)
+	}
+	return pv.Spec.CSI.VolumeHandle
 }

@@ -271,8 +271,14 @@ func (e *env) recovered(ctx context.Context, what string, since float64, pods ..
 // notRestarted checks that the pods are the same pods, never restarted.
 func (e *env) notRestarted(ctx context.Context, uids map[string]string) {
 	e.t.Helper()
+	e.notRestartedIn(ctx, ns, uids)
+}
+
+// notRestartedIn is notRestarted for the pods of namespace.
+func (e *env) notRestartedIn(ctx context.Context, namespace string, uids map[string]string) {
+	e.t.Helper()
 	for name, uid := range uids {
-		p, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		p, err := e.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			e.t.Fatal(err)
 		}
