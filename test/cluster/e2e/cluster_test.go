@@ -384,10 +384,13 @@ sleep 3600`})
 			}
 			in := e.recovered(ctx, "its worker's death", since, "other")["other"]
 			t.Logf("the volume whose worker died was back after %s", in.longest.Round(10*time.Millisecond))
-			after := mountPods(ctx, e)[otherHandle]
-			if after.UID != before.UID || after.Status.ContainerStatuses[0].RestartCount < 1 {
-				t.Errorf("mount pod %s (restarts %d), want the same pod restarted", after.UID, after.Status.ContainerStatuses[0].RestartCount)
-			}
+			e.waitFor(ctx, "the same mount pod, its container restarted", time.Minute, func() (bool, error) {
+				after, ok := mountPods(ctx, e)[otherHandle]
+				if !ok || after.UID != before.UID {
+					return false, fmt.Errorf("mount pod %s replaced by %s", before.UID, after.UID)
+				}
+				return len(after.Status.ContainerStatuses) == 1 && after.Status.ContainerStatuses[0].RestartCount >= 1, nil
+			})
 		})
 		t.Run("delete the mount pod", func(t *testing.T) {
 			e := &env{t: t, c: c, client: c.Client}
@@ -450,6 +453,10 @@ sleep 3600`})
 		}
 		e.deletePod(ctx, "nobucket")
 		deletePVC(ctx, e, "nobucket")
+	})
+
+	t.Run("costs", func(t *testing.T) {
+		measureCosts(ctx, t, &env{t: t, c: c, client: c.Client}, s3, encrypt(t, pub, s3.Endpoint, secretKey))
 	})
 
 	t.Run("delete everything", func(t *testing.T) {

@@ -159,7 +159,8 @@ func policyRefuses(ctx context.Context, t *testing.T, c *cluster.Cluster, live c
 		{"a ConfigMap volume (restricted allows it)", cluster.NodeName, func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "cm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}}}}}
 		}, "emptyDir volumes only"},
-		{"an API token", cluster.NodeName, func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = ptr(true) }, "no API token"},
+		// The ServiceAccount admission adds the token's projected volume.
+		{"an API token", cluster.NodeName, func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = ptr(true) }, "token"},
 		{"host network", cluster.NodeName, func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "host"},
 		{"in another namespace", cluster.NodeName, func(p *corev1.Pod) { p.Namespace = ns }, "forbidden"},
 	} {
