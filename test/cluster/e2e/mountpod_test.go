@@ -104,6 +104,21 @@ func checkMountPods(ctx context.Context, e *env, volumes []string, credentials .
 		if p.Spec.NodeName != cluster.NodeName || p.Spec.HostNetwork {
 			e.t.Errorf("mount pod %s: node %q, hostNetwork %t", p.Name, p.Spec.NodeName, p.Spec.HostNetwork)
 		}
+		// Its log: the worker's own confinement, and no credential.
+		data, err := e.client.CoreV1().Pods(mountNS).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "worker confined") {
+				e.t.Logf("mount pod %s: %s", p.Name, line)
+			}
+		}
+		for _, c := range credentials {
+			if strings.Contains(string(data), c) {
+				e.t.Errorf("mount pod %s's log holds a credential", p.Name)
+			}
+		}
 	}
 	raw, err := json.Marshal(pods)
 	if err != nil {
