@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -36,13 +37,27 @@ type chartCase struct {
 	provisionerSecrets []string
 	// node.sidecars=false: the driver registers and serves /healthz itself
 	oneContainer bool
-	// node.mounter=pod: the namespace of the mount pods; "" for process
+	// node.mounter=pod (the default): the namespace of the mount pods; ""
+	// for process
 	mountNamespace string
+	// flags of the mount pods' resources the plugin must get, if any
+	podFlags map[string]string
 }
 
 var cases = []chartCase{
 	{
-		name:       "defaults",
+		name:           "defaults",
+		driverName:     "csi-rclone",
+		kubeletDir:     "/var/lib/kubelet",
+		stateDir:       "/run/csi-rclone/csi-rclone",
+		cacheDir:       "/var/lib/csi-rclone/csi-rclone/cache",
+		mountNamespace: "csi-rclone-mounts",
+		podFlags:       map[string]string{"mount-pod-cpu-request": "10m", "mount-pod-memory-request": "64Mi", "mount-pod-memory-limit": "2Gi"},
+	},
+	{
+		// Each volume's rclone a child of the node plugin.
+		name:       "process",
+		values:     "node: {mounter: process}",
 		driverName: "csi-rclone",
 		kubeletDir: "/var/lib/kubelet",
 		stateDir:   "/run/csi-rclone/csi-rclone",
@@ -78,14 +93,15 @@ storageClasses:
       csi.storage.k8s.io/node-stage-secret-name: rclone-store
       csi.storage.k8s.io/node-stage-secret-namespace: storage
 `,
-		driverName: "rclone.csi.example.org",
-		kubeletDir: "/var/lib/k0s/kubelet",
-		stateDir:   "/run/csi-rclone/rclone.csi.example.org",
-		cacheDir:   "/var/lib/csi-rclone/rclone.csi.example.org/cache",
-		endpoint:   "grpcs://csi-rclone-secret-service.kube-system.svc:8443",
-		audience:   "rclone-decrypt",
-		caKey:      "ca.pem",
-		server:     true,
+		driverName:     "rclone.csi.example.org",
+		kubeletDir:     "/var/lib/k0s/kubelet",
+		stateDir:       "/run/csi-rclone/rclone.csi.example.org",
+		cacheDir:       "/var/lib/csi-rclone/rclone.csi.example.org/cache",
+		endpoint:       "grpcs://csi-rclone-secret-service.kube-system.svc:8443",
+		audience:       "rclone-decrypt",
+		caKey:          "ca.pem",
+		server:         true,
+		mountNamespace: "csi-rclone-mounts",
 	},
 	{
 		// MicroK8s, an external secret service whose CA is in a Secret,
@@ -100,13 +116,14 @@ secretService:
   endpoint: https://decrypt.example.org
   ca: {secret: decrypt-ca}
 `,
-		driverName: "csi-rclone",
-		kubeletDir: "/var/snap/microk8s/common/var/lib/kubelet",
-		stateDir:   "/run/rclone-state",
-		cacheDir:   "/srv/rclone-cache",
-		endpoint:   "https://decrypt.example.org",
-		audience:   "csi-rclone-secret-service",
-		caKey:      "ca.crt",
+		driverName:     "csi-rclone",
+		kubeletDir:     "/var/snap/microk8s/common/var/lib/kubelet",
+		stateDir:       "/run/rclone-state",
+		cacheDir:       "/srv/rclone-cache",
+		endpoint:       "https://decrypt.example.org",
+		audience:       "csi-rclone-secret-service",
+		caKey:          "ca.crt",
+		mountNamespace: "csi-rclone-mounts",
 	},
 	{
 		// A directory per PVC with the provisioner secret in the PVC's
@@ -118,6 +135,7 @@ secretService:
 		stateDir:           "/run/csi-rclone/csi-rclone",
 		cacheDir:           "/var/lib/csi-rclone/csi-rclone/cache",
 		provisionerSecrets: []string{"*"},
+		mountNamespace:     "csi-rclone-mounts",
 	},
 	{
 		// ... or in the listed namespaces only.
@@ -141,6 +159,7 @@ storageClasses:
 		stateDir:           "/run/csi-rclone/csi-rclone",
 		cacheDir:           "/var/lib/csi-rclone/csi-rclone/cache",
 		provisionerSecrets: []string{"storage", "team-a"},
+		mountNamespace:     "csi-rclone-mounts",
 	},
 	{
 		// No sidecar images to be had (test/cluster): one container.
@@ -150,11 +169,12 @@ driverName: rclone.csi.example.org
 node: {sidecars: false, healthPort: 9900}
 controller: {sidecars: false}
 `,
-		driverName:   "rclone.csi.example.org",
-		kubeletDir:   "/var/lib/kubelet",
-		stateDir:     "/run/csi-rclone/rclone.csi.example.org",
-		cacheDir:     "/var/lib/csi-rclone/rclone.csi.example.org/cache",
-		oneContainer: true,
+		driverName:     "rclone.csi.example.org",
+		kubeletDir:     "/var/lib/kubelet",
+		stateDir:       "/run/csi-rclone/rclone.csi.example.org",
+		cacheDir:       "/var/lib/csi-rclone/rclone.csi.example.org/cache",
+		oneContainer:   true,
+		mountNamespace: "csi-rclone-mounts",
 	},
 	{
 		// Each volume's rclone in a mount pod of its own.
@@ -171,6 +191,8 @@ node:
 		stateDir:       "/run/csi-rclone/csi-rclone",
 		cacheDir:       "/var/lib/csi-rclone/csi-rclone/cache",
 		mountNamespace: "csi-rclone-mounts",
+		podFlags: map[string]string{"mount-pod-cpu-request": "20m", "mount-pod-cpu-limit": "2", "mount-pod-memory-request": "32Mi",
+			"mount-pod-memory-limit": "1Gi", "mount-pod-cache-size": "8Gi"},
 	},
 }
 
@@ -801,11 +823,9 @@ func checkMountPods(t *testing.T, o *objects, c chartCase) {
 	if mounter != "pod" {
 		t.Errorf("--mounter=%q, want pod", mounter)
 	}
-	for f, want := range map[string]string{
-		"mount-namespace": c.mountNamespace, "mount-image": p.Image, "kubelet-dir": c.kubeletDir,
-		"mount-pod-cpu-request": "20m", "mount-pod-cpu-limit": "2", "mount-pod-memory-request": "32Mi",
-		"mount-pod-memory-limit": "1Gi", "mount-pod-cache-size": "8Gi",
-	} {
+	want := map[string]string{"mount-namespace": c.mountNamespace, "mount-image": p.Image, "kubelet-dir": c.kubeletDir}
+	maps.Copy(want, c.podFlags)
+	for f, want := range want {
 		if v, _ := flag(p.Args, f); v != want {
 			t.Errorf("--%s=%q, want %q", f, v, want)
 		}

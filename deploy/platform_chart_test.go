@@ -106,7 +106,8 @@ func TestChartEvents(t *testing.T) {
 		values string
 		on     bool
 	}{
-		{"defaults", "", false},
+		// Mount pods need the token too (checkMountPods): off here.
+		{"defaults", "node: {mounter: process}", false},
 		{"events", platformValues, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,6 +144,9 @@ func TestChartEvents(t *testing.T) {
 				}
 			}
 			for _, b := range o.bindings {
+				if b.RoleRef.Name == "csi-rclone-mount-pods" {
+					continue // pods in the mount namespace: checkMountPods
+				}
 				checkNotBound(t, "RoleBinding "+b.Name, b.Subjects, sa)
 			}
 			want := "[]"
