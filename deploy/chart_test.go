@@ -52,7 +52,7 @@ var cases = []chartCase{
 		stateDir:       "/run/csi-rclone/csi-rclone",
 		cacheDir:       "/var/lib/csi-rclone/csi-rclone/cache",
 		mountNamespace: "csi-rclone-mounts",
-		podFlags:       map[string]string{"mount-pod-cpu-request": "10m", "mount-pod-memory-request": "64Mi", "mount-pod-memory-limit": "2Gi"},
+		podFlags:       map[string]string{"mount-pod-cpu-request": "10m", "mount-pod-memory-request": "64Mi", "mount-pod-memory-limit": "2Gi", "mount-pod-max-memory-limit": "8Gi"},
 	},
 	{
 		// Each volume's rclone a child of the node plugin.
@@ -185,6 +185,8 @@ node:
   mountPods:
     resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {cpu: "2", memory: 1Gi}}
     cacheSize: 8Gi
+tenant:
+  limits: {maxMountPodMemory: 16Gi, maxMountPodCPU: "4"}
 `,
 		driverName:     "csi-rclone",
 		kubeletDir:     "/var/lib/kubelet",
@@ -192,7 +194,7 @@ node:
 		cacheDir:       "/var/lib/csi-rclone/csi-rclone/cache",
 		mountNamespace: "csi-rclone-mounts",
 		podFlags: map[string]string{"mount-pod-cpu-request": "20m", "mount-pod-cpu-limit": "2", "mount-pod-memory-request": "32Mi",
-			"mount-pod-memory-limit": "1Gi", "mount-pod-cache-size": "8Gi"},
+			"mount-pod-memory-limit": "1Gi", "mount-pod-cache-size": "8Gi", "mount-pod-max-memory-limit": "16Gi", "mount-pod-max-cpu-limit": "4"},
 	},
 }
 

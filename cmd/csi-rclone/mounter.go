@@ -22,6 +22,7 @@ import (
 type mounterFlags struct {
 	mounter, namespace, image, pullPolicy, kubeletDir, kubeconfig, priorityClass string
 	cpuRequest, cpuLimit, memoryRequest, memoryLimit, cacheSize                  string
+	maxCPULimit, maxMemoryLimit                                                  string
 }
 
 func (m *mounterFlags) register(fl *flag.FlagSet) {
@@ -36,6 +37,8 @@ func (m *mounterFlags) register(fl *flag.FlagSet) {
 	fl.StringVar(&m.cpuLimit, "mount-pod-cpu-limit", "", "CPU limit of each mount pod; empty: none (throttling a FUSE daemon stalls its readers)")
 	fl.StringVar(&m.memoryRequest, "mount-pod-memory-request", "64Mi", "memory request of each mount pod")
 	fl.StringVar(&m.memoryLimit, "mount-pod-memory-limit", "2Gi", "memory limit of each mount pod: past it only that volume's worker dies, and comes back")
+	fl.StringVar(&m.maxMemoryLimit, "mount-pod-max-memory-limit", "8Gi", "highest memory limit a volume may ask for its mount pod (volume context mountPodMemoryLimit); empty: no maximum")
+	fl.StringVar(&m.maxCPULimit, "mount-pod-max-cpu-limit", "", "highest CPU limit a volume may ask for its mount pod (volume context mountPodCPULimit); empty: no maximum")
 	fl.StringVar(&m.cacheSize, "mount-pod-cache-size", "", "sizeLimit of each mount pod's cache emptyDir; empty: the volume's cache limit (--default-cache-size) and 1Gi more")
 }
 
@@ -51,7 +54,7 @@ func (m *mounterFlags) apply(opts *driver.Options, defaultCache int64) error {
 	if opts.Mode != driver.ModeNode && opts.Mode != driver.ModeAll {
 		return nil
 	}
-	var res mountpod.Resources
+	var res, maxRes mountpod.Resources
 	for _, q := range []struct {
 		name, value string
 		into        *resource.Quantity
@@ -61,6 +64,8 @@ func (m *mounterFlags) apply(opts *driver.Options, defaultCache int64) error {
 		{"--mount-pod-memory-request", m.memoryRequest, &res.MemoryRequest},
 		{"--mount-pod-memory-limit", m.memoryLimit, &res.MemoryLimit},
 		{"--mount-pod-cache-size", m.cacheSize, &res.CacheSize},
+		{"--mount-pod-max-memory-limit", m.maxMemoryLimit, &maxRes.MemoryLimit},
+		{"--mount-pod-max-cpu-limit", m.maxCPULimit, &maxRes.CPULimit},
 	} {
 		if q.value == "" {
 			continue
@@ -85,7 +90,7 @@ func (m *mounterFlags) apply(opts *driver.Options, defaultCache int64) error {
 	l, err := mountpod.New(mountpod.Options{
 		Client: client, Namespace: m.namespace, NodeName: opts.NodeID, DriverName: opts.DriverName,
 		Version: opts.Version, Image: m.image, PullPolicy: corev1.PullPolicy(m.pullPolicy),
-		KubeletDir: m.kubeletDir, Resources: res, PriorityClass: m.priorityClass,
+		KubeletDir: m.kubeletDir, Resources: res, Max: maxRes, PriorityClass: m.priorityClass,
 	})
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,19 @@ type Mounter interface {
 	// attaches to the live worker of each that has one, and removes the
 	// workers that no recorded volume needs.
 	Recover(ctx context.Context, volumeIDs []string) map[string]MountWorker
+}
+
+// podResources are the volume context's keys for its mount pod's
+// resources (mountPodMemoryLimit, ...): an operator's (StorageClass) or an
+// administrator's (static PV) word, never the tenant's stage secret.
+func podResources(volumeContext map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range volumeContext {
+		if strings.HasPrefix(k, "mountPod") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // RegisterMetrics adds collectors (a Mounter's) to the driver's metrics.

@@ -105,3 +105,10 @@ func TestAdoptOrRestore(t *testing.T) {
 		t.Fatalf("the adopted volume's target is %s", st)
 	}
 }
+
+func TestPodResources(t *testing.T) {
+	got := podResources(map[string]string{"remote": "store", "mountPodMemoryLimit": "4Gi", "mountPodCPULimit": "2", "capacity": "1Gi"})
+	if len(got) != 2 || got["mountPodMemoryLimit"] != "4Gi" || got["mountPodCPULimit"] != "2" {
+		t.Fatalf("podResources: %v", got)
+	}
+}

@@ -359,6 +359,7 @@ func (s *nodeServer) mount(ctx context.Context, v *stagedVolume, vol *secrets.Vo
 	defer cancel()
 	wopts := s.d.opts.Worker
 	wopts.UID, wopts.GID = uid, gid
+	wopts.PodResources = podResources(v.rec.Context)
 	proc, err := s.startWorker(ctx, wopts, worker.Spec{
 		VolumeID: v.id, MountPoint: v.mountDir, CacheDir: v.cacheDir, Volume: *vol,
 	})

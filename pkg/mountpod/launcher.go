@@ -37,8 +37,9 @@ type Options struct {
 	PullPolicy corev1.PullPolicy
 	// KubeletDir is the kubelet's root dir, as the plugin sees it.
 	KubeletDir string
-	// Resources of every mount pod.
-	Resources Resources
+	// Resources of every mount pod, unless its volume asks for others
+	// (VolumeResources), within Max: of Max, only the limits count.
+	Resources, Max Resources
 	// PriorityClass of the mount pods; empty: none.
 	PriorityClass string
 	// Poll is how often the launcher looks at a pod it waits for; 0: 100ms.
@@ -135,7 +136,12 @@ func (w *Worker) Wait(d time.Duration) (worker.Exit, bool) {
 // serves the volume (its mount is dead, or the caller wants a new one) is
 // told to start again first.
 func (l *Launcher) Start(ctx context.Context, opts worker.Options, spec worker.Spec) (*Worker, error) {
-	pod, created, err := l.ensure(ctx, spec.VolumeID, opts.UID, cacheSizeOf(spec.Volume.VFSOpt, l.opts.Resources.CacheSize))
+	res, err := l.resourcesFor(opts.PodResources)
+	if err != nil {
+		return nil, err
+	}
+	res.CacheSize = cacheSizeOf(spec.Volume.VFSOpt, res.CacheSize)
+	pod, created, err := l.ensure(ctx, spec.VolumeID, opts.UID, res)
 	if err != nil {
 		return nil, err
 	}
@@ -229,9 +235,9 @@ func cannotRun(p *corev1.Pod) string {
 
 // ensure returns the volume's pod on this node, made now if there is none
 // (or if the one there is being deleted, or runs as another uid).
-func (l *Launcher) ensure(ctx context.Context, volumeID string, uid int, cacheSize resource.Quantity) (_ *corev1.Pod, created bool, _ error) {
+func (l *Launcher) ensure(ctx context.Context, volumeID string, uid int, res Resources) (_ *corev1.Pod, created bool, _ error) {
 	ps := l.spec(volumeID, uid)
-	ps.res.CacheSize = cacheSize
+	ps.res = res
 	want := ps.pod()
 	pods := l.opts.Client.CoreV1().Pods(l.opts.Namespace)
 	for {
@@ -408,4 +414,53 @@ func (l *Launcher) Recover(ctx context.Context, volumeIDs []string) map[string]*
 	}
 	wg.Wait()
 	return out
+}
+
+// Volume context keys with which a volume asks for its mount pod's own
+// resources: lower than the defaults, or higher up to the operator's
+// maximums (--mount-pod-max-memory-limit, --mount-pod-max-cpu-limit).
+const (
+	KeyMemoryRequest = "mountPodMemoryRequest"
+	KeyMemoryLimit   = "mountPodMemoryLimit"
+	KeyCPURequest    = "mountPodCPURequest"
+	KeyCPULimit      = "mountPodCPULimit"
+)
+
+// resourcesFor lays what a volume asks for over the defaults. A limit above
+// the operator's maximum is refused; a request above its limit is lowered
+// to it.
+func (l *Launcher) resourcesFor(asked map[string]string) (Resources, error) {
+	res := l.opts.Resources
+	for key, into := range map[string]*resource.Quantity{
+		KeyMemoryRequest: &res.MemoryRequest, KeyMemoryLimit: &res.MemoryLimit,
+		KeyCPURequest: &res.CPURequest, KeyCPULimit: &res.CPULimit,
+	} {
+		v, ok := asked[key]
+		if !ok {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() <= 0 {
+			return res, fmt.Errorf("%w: %s %q is not a positive quantity", worker.ErrInvalid, key, v)
+		}
+		*into = q
+	}
+	for key, lim := range map[string]struct{ got, max resource.Quantity }{
+		KeyMemoryLimit: {res.MemoryLimit, l.opts.Max.MemoryLimit},
+		KeyCPULimit:    {res.CPULimit, l.opts.Max.CPULimit},
+	} {
+		if !lim.max.IsZero() && (lim.got.IsZero() || lim.got.Cmp(lim.max) > 0) {
+			if _, asked := asked[key]; asked {
+				return res, fmt.Errorf("%w: %s %s is above the operator's maximum %s", worker.ErrInvalid, key, lim.got.String(), lim.max.String())
+			}
+		}
+	}
+	clamp := func(req *resource.Quantity, lim resource.Quantity) {
+		if !lim.IsZero() && req.Cmp(lim) > 0 {
+			*req = lim.DeepCopy()
+		}
+	}
+	clamp(&res.MemoryRequest, res.MemoryLimit)
+	clamp(&res.CPURequest, res.CPULimit)
+	return res, nil
 }

@@ -44,6 +44,7 @@ func newTestLauncher(t *testing.T, objs ...*corev1.Pod) (*Launcher, *fake.Client
 			MemoryRequest: resource.MustParse("64Mi"), MemoryLimit: resource.MustParse("1Gi"),
 			CacheSize: resource.MustParse("5Gi"),
 		},
+		Max: Resources{MemoryLimit: resource.MustParse("4Gi"), CPULimit: resource.MustParse("2")},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +198,7 @@ func TestEnsure(t *testing.T) {
 			} else {
 				l, client = newTestLauncher(t)
 			}
-			pod, created, err := l.ensure(context.Background(), "pvc-1", testUID, resource.MustParse("5Gi"))
+			pod, created, err := l.ensure(context.Background(), "pvc-1", testUID, l.opts.Resources)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -317,5 +318,45 @@ func TestPodsPerVersion(t *testing.T) {
 	l.track(old, false)
 	if gauge("v1.0.0") != base0 {
 		t.Fatalf("after delete: %v", gauge("v1.0.0")-base0)
+	}
+}
+
+// A volume lowers its pod's resources, or raises them up to the operator's
+// maximums.
+func TestResourcesFor(t *testing.T) {
+	l, _ := newTestLauncher(t)
+	for _, tc := range []struct {
+		name           string
+		asked          map[string]string
+		memReq, memLim string
+		cpuReq, cpuLim string
+		wantErr        bool
+	}{
+		{"defaults", nil, "64Mi", "1Gi", "50m", "1", false},
+		{"lower", map[string]string{KeyMemoryLimit: "256Mi", KeyCPULimit: "500m"}, "64Mi", "256Mi", "50m", "500m", false},
+		{"higher, within the maximum", map[string]string{KeyMemoryLimit: "4Gi", KeyMemoryRequest: "1Gi", KeyCPULimit: "2"}, "1Gi", "4Gi", "50m", "2", false},
+		{"a request above its limit is lowered", map[string]string{KeyMemoryRequest: "2Gi"}, "1Gi", "1Gi", "50m", "1", false},
+		{"above the maximum", map[string]string{KeyMemoryLimit: "8Gi"}, "", "", "", "", true},
+		{"cpu above the maximum", map[string]string{KeyCPULimit: "3"}, "", "", "", "", true},
+		{"not a quantity", map[string]string{KeyMemoryLimit: "lots"}, "", "", "", "", true},
+		{"zero", map[string]string{KeyCPURequest: "0"}, "", "", "", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := l.resourcesFor(tc.asked)
+			if tc.wantErr {
+				if !errors.Is(err, worker.ErrInvalid) {
+					t.Fatalf("error %v, want ErrInvalid", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := []string{res.MemoryRequest.String(), res.MemoryLimit.String(), res.CPURequest.String(), res.CPULimit.String()}
+			want := []string{tc.memReq, tc.memLim, tc.cpuReq, tc.cpuLim}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Fatalf("got %v, want %v", got, want)
+			}
+		})
 	}
 }

@@ -30,6 +30,10 @@ type Options struct {
 	// much a listing costs: past the limit that volume's worker dies and is
 	// started again, instead of the node's memory running out for all.
 	MemoryLimit int64
+	// PodResources are the requests and limits that the volume asks its
+	// mount pod to get (volume context keys, see pkg/mountpod); a child
+	// worker ignores them.
+	PodResources map[string]string
 }
 
 // Process is a running worker, a child of this process.
