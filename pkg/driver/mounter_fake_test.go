@@ -4,6 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/csi-rclone/csi-rclone/pkg/uidpool"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 )
@@ -110,5 +114,18 @@ func TestPodResources(t *testing.T) {
 	got := podResources(map[string]string{"remote": "store", "mountPodMemoryLimit": "4Gi", "mountPodCPULimit": "2", "capacity": "1Gi"})
 	if len(got) != 2 || got["mountPodMemoryLimit"] != "4Gi" || got["mountPodCPULimit"] != "2" {
 		t.Fatalf("podResources: %v", got)
+	}
+}
+
+// A tenant's stage secret cannot ask for its mount pod's resources.
+func TestPodResourcesNotFromTheSecret(t *testing.T) {
+	f := newFakeNode(t)
+	secret := fakeSecret()
+	secret["mountPodMemoryLimit"] = "64Gi"
+	_, err := f.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{
+		VolumeId: "v", StagingTargetPath: f.stagingPath("v"), VolumeCapability: capability(rwo), Secrets: secret,
+	})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("stage with mountPodMemoryLimit in the secret: %v, want InvalidArgument", err)
 	}
 }
