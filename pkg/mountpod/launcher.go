@@ -50,8 +50,9 @@ type Options struct {
 type Launcher struct {
 	opts Options
 
-	mu    sync.Mutex
-	known map[types.UID]string // the pods this plugin counts, by uid: their version
+	mu      sync.Mutex
+	known   map[types.UID]string // the pods this plugin counts, by uid: their version
+	staging map[string]bool      // volumes Start was called for: never swept
 }
 
 // New checks opts.
@@ -68,7 +69,7 @@ func New(opts Options) (*Launcher, error) {
 	if opts.PullPolicy == "" {
 		opts.PullPolicy = corev1.PullIfNotPresent
 	}
-	return &Launcher{opts: opts, known: map[types.UID]string{}}, nil
+	return &Launcher{opts: opts, known: map[types.UID]string{}, staging: map[string]bool{}}, nil
 }
 
 func (l *Launcher) spec(volumeID string, uid int) podSpec {
@@ -136,6 +137,11 @@ func (w *Worker) Wait(d time.Duration) (worker.Exit, bool) {
 // serves the volume (its mount is dead, or the caller wants a new one) is
 // told to start again first.
 func (l *Launcher) Start(ctx context.Context, opts worker.Options, spec worker.Spec) (*Worker, error) {
+	// Recovery's sweep runs while the first stages are served: it leaves
+	// this volume's pod alone from now on.
+	l.mu.Lock()
+	l.staging[spec.VolumeID] = true
+	l.mu.Unlock()
 	res, err := l.resourcesFor(opts.PodResources)
 	if err != nil {
 		return nil, err
@@ -339,11 +345,15 @@ func (l *Launcher) Adopt(ctx context.Context, volumeID string, pod *corev1.Pod) 
 // ErrNoPod says a volume has no mount pod on this node.
 var ErrNoPod = errors.New("no mount pod")
 
-// Sweep deletes the mount pods of this node whose volume is not in keep:
-// left by a stage that failed late or a record that was lost.
+// Sweep deletes the mount pods of this node whose volume is not in keep,
+// nor being staged since this launcher started: left by a stage that
+// failed late or a record that was lost.
 func (l *Launcher) Sweep(ctx context.Context, pods map[string]*corev1.Pod, keep func(volumeID string) bool) {
 	for id, p := range pods {
-		if keep(id) {
+		l.mu.Lock()
+		staging := l.staging[id]
+		l.mu.Unlock()
+		if keep(id) || staging {
 			continue
 		}
 		klog.InfoS("deleting a mount pod that no volume of this node needs", "pod", klog.KObj(p), "volumeID", id)

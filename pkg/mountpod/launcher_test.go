@@ -246,13 +246,24 @@ func TestPodsAndSweep(t *testing.T) {
 	if len(pods) != 2 || pods["kept"] == nil || pods["orphan"] == nil {
 		t.Fatalf("pods %v", pods)
 	}
+	// A stage that began since the start is not swept either.
+	staged := l0.spec("staged-now", testUID).pod()
+	if _, err := client.CoreV1().Pods(staged.Namespace).Create(context.Background(), staged, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	l.staging["staged-now"] = true
+	l.mu.Unlock()
+	if pods, err = l.Pods(context.Background()); err != nil || len(pods) != 3 {
+		t.Fatalf("pods %v, %v", pods, err)
+	}
 	l.Sweep(context.Background(), pods, func(id string) bool { return id == "kept" })
 	list, _ := client.CoreV1().Pods("csi-rclone-mounts").List(context.Background(), metav1.ListOptions{})
 	names := map[string]bool{}
 	for _, p := range list.Items {
 		names[p.Name] = true
 	}
-	if names[orphan.Name] || !names[mine.Name] || len(names) != 3 {
+	if names[orphan.Name] || !names[mine.Name] || !names[staged.Name] || len(names) != 4 {
 		t.Fatalf("after sweep: %v", names)
 	}
 	if _, err := l.Adopt(context.Background(), "gone", nil); !errors.Is(err, ErrNoPod) {
