@@ -399,7 +399,11 @@ sleep 3600`})
 			if err := c.Client.CoreV1().Pods(mountNS).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			runningMountPod(ctx, e, otherHandle, string(old.UID))
+			fresh := runningMountPod(ctx, e, otherHandle, string(old.UID))
+			// Made by the upgraded plugin: a new mount pod gets its image.
+			if want := nodePluginPod(ctx, e).Spec.Containers[0].Image; fresh.Spec.Containers[0].Image != want {
+				t.Errorf("the new mount pod runs %s, want the plugin's image %s", fresh.Spec.Containers[0].Image, want)
+			}
 			in := e.recovered(ctx, "the mount pod's deletion", since, "other")["other"]
 			t.Logf("a deleted mount pod's volume was back by itself after %s (a new pod, a new mount, fresh binds)", in.longest.Round(10*time.Millisecond))
 		})
