@@ -467,12 +467,8 @@ func (s *nodeServer) chownTree(root string, uid, gid int) error {
 // request's demands (read-only access mode, volume mount group) over them.
 // A known capacity is the filesystem's size in statfs (see volumeSize).
 func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup string, size volumeSize) error {
-	vfs := map[string]string{
-		"vfs_cache_mode": "writes", // lets ordinary programs write (seek, rewrite)
-		"uid":            strconv.Itoa(s.d.opts.DefaultUID),
-		"gid":            strconv.Itoa(s.d.opts.DefaultGID),
-		"umask":          "0002", // group-writable, so that fsGroup members write
-	}
+	vfs := maps.Clone(DefaultVFSOptions)
+	vfs["uid"], vfs["gid"] = strconv.Itoa(s.d.opts.DefaultUID), strconv.Itoa(s.d.opts.DefaultGID)
 	sizeOpts, err := size.vfsDefaults()
 	if err != nil {
 		return err
@@ -488,10 +484,8 @@ func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup
 		}
 		vfs["gid"] = mountGroup
 	}
-	mnt := maps.Clone(vol.MountOpt)
-	if mnt == nil {
-		mnt = map[string]string{}
-	}
+	mnt := maps.Clone(DefaultMountOptions)
+	maps.Copy(mnt, vol.MountOpt)
 	// Pods, and the driver itself, are other users than the worker.
 	mnt["allow_other"] = "true"
 	vol.VFSOpt, vol.MountOpt = vfs, mnt

@@ -40,6 +40,8 @@ type env struct {
 	b        *testing.B // the benchmark that made it
 	dir      string
 	s3       *s3server.Server
+	endpoint string // what every S3 client dials: the server, or the latency proxy before it
+	stopNet  func()
 	csiBin   string
 	rclone   string
 	conf     string // rclone config file for the S3 server
@@ -84,9 +86,16 @@ func newEnv(b *testing.B, name string, seed func(s3dir string) error) *env {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e.s3 = s3
+	e.s3, e.endpoint = s3, s3.Endpoint
+	if p := profile(b); p.rtt > 0 {
+		addr, stop, err := latencyProxy(strings.TrimPrefix(s3.Endpoint, "http://"), p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.endpoint, e.stopNet = "http://"+addr, stop
+	}
 	e.conf = filepath.Join(dir, "rclone.conf")
-	if err := os.WriteFile(e.conf, []byte(s3.RcloneConfig(remoteName)), 0o600); err != nil {
+	if err := os.WriteFile(e.conf, []byte(e.rcloneConfig()), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	return e
@@ -99,6 +108,9 @@ func (e *env) close() {
 		e.driver = nil
 	}
 	benchkit.KillBelow(filepath.Dir(e.csiBin)) // workers and rclone daemons
+	if e.stopNet != nil {
+		e.stopNet()
+	}
 	if e.s3 != nil {
 		_ = e.s3.Stop(context.Background())
 	}
@@ -126,6 +138,12 @@ func seedBuckets(n int) func(string) error {
 		}
 		return nil
 	}
+}
+
+// rcloneConfig is the config section of remoteName: the S3 server through
+// this env's network.
+func (e *env) rcloneConfig() string {
+	return s3server.RcloneConfig(remoteName, e.endpoint, e.s3.AccessKeyID, e.s3.SecretAccessKey)
 }
 
 func bucket(i int) string    { return fmt.Sprintf("vol-%02d", i) }
@@ -245,7 +263,7 @@ func (e *env) volume(i int) kubelet.Volume {
 func (e *env) volumeOf(pv, handle, remotePath string) kubelet.Volume {
 	return kubelet.Volume{PV: pv, Handle: handle,
 		Capability: harness.MountCapability(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER),
-		Secret:     map[string]string{"remote": remoteName, "remotePath": remotePath, "configData": e.s3.RcloneConfig(remoteName)},
+		Secret:     map[string]string{"remote": remoteName, "remotePath": remotePath, "configData": e.rcloneConfig()},
 	}
 }
 
@@ -301,9 +319,11 @@ type rcloneMount struct {
 }
 
 // rcloneMount runs `rclone mount --daemon` of remotePath at mountpoint with
-// the options the driver gives a volume by default, and times it until the
-// mount is in /proc/self/mountinfo and answers a stat.
-func (e *env) rcloneMount(b *testing.B, remotePath, mountpoint, cmdName string) (*rcloneMount, time.Duration) {
+// rclone's defaults but for what any shared mount needs (the cache mode
+// that lets programs write, uid, gid, umask, allow-other) and extra flags,
+// and times it until the mount is in /proc/self/mountinfo and answers a
+// stat.
+func (e *env) rcloneMount(b *testing.B, remotePath, mountpoint, cmdName string, extra ...string) (*rcloneMount, time.Duration) {
 	b.Helper()
 	if err := os.MkdirAll(mountpoint, 0o755); err != nil {
 		b.Fatal(err)
@@ -317,6 +337,7 @@ func (e *env) rcloneMount(b *testing.B, remotePath, mountpoint, cmdName string) 
 	cmd := exec.Command(e.rclone, "--config", e.conf, cmdName, remoteName+":"+remotePath, mountpoint,
 		"--daemon", "--vfs-cache-mode", "writes", "--uid", "1000", "--gid", "1000", "--umask", "0002",
 		"--allow-other", "--cache-dir", cache, "--log-file", logFile)
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + e.dir}
 	// A file, not a pipe: the daemon inherits it, and cmd.Wait would wait
 	// for a pipe until the daemon exits.

@@ -117,20 +117,24 @@ func (e *env) rcloneCmd(args ...string) *exec.Cmd {
 	return cmd
 }
 
-// publishOne stages a volume of remotePath and publishes it to one pod.
-func (e *env) publishOne(b *testing.B, remotePath string) string {
+// publishOne stages a volume of remotePath (a volume of its own for each
+// round r) and publishes it to one pod.
+func (e *env) publishOne(b *testing.B, remotePath string, r int) string {
 	b.Helper()
-	v := e.volumeOf("pv-"+remotePath, remotePath, remotePath)
+	id := fmt.Sprintf("%s-%d", remotePath, r)
+	v := e.volumeOf("pv-"+id, id, remotePath)
 	e.stage(b, v)
-	target, _ := e.publish(b, v, "pod-"+remotePath)
+	target, _ := e.publish(b, v, "pod-"+id)
 	return target
 }
 
-// BenchmarkSeqRead: read a -bench.file-mib file (1 GiB) sequentially
-// through a published target, through plain `rclone mount` (and `rclone
-// mount2`, the FUSE library the driver uses) with the same VFS options,
-// and with `rclone cat` straight from the S3 server: the backend's limit.
-// Each reads a cold mount; the server's file is in the page cache for all.
+// BenchmarkSeqRead: read a -bench.file-mib file (1 GiB) sequentially with
+// 1 MiB reads through a published target; through plain `rclone mount2`
+// (the FUSE library of the workers) with the driver's options and with
+// rclone's defaults; with `rclone cat` (one stream from S3) and `rclone
+// copy --multi-thread-streams 8` to a local dir (the backend's parallel
+// limit). -bench.rounds rounds, each variant once a round on a cold mount;
+// the server's file is in the page cache for all.
 func BenchmarkSeqRead(b *testing.B) {
 	size := int64(*flagFileMiB) << 20
 	e := newEnv(b, "seqread", func(s3dir string) error {
@@ -147,45 +151,70 @@ func BenchmarkSeqRead(b *testing.B) {
 	if out, err := warm.CombinedOutput(); err != nil {
 		b.Fatalf("rclone cat --count 1: %v: %s", err, out)
 	}
+	throughput := func(d time.Duration) sample { return sample{"MB/s": mbps(size, d), "s": d.Seconds()} }
 
-	b.Run("rclone-cat", func(b *testing.B) {
-		// Straight into /dev/null: no copy through this process, which
-		// serves S3 too. rclone cat fails on a short read.
-		devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer devNull.Close()
-		cmd := e.rcloneCmd("cat", remoteName+":big/big.bin")
-		cmd.Stdout, cmd.Stderr = devNull, os.Stderr
-		start := time.Now()
-		if err := cmd.Run(); err != nil {
-			b.Fatal(err)
-		}
-		reportThroughput(b, size, time.Since(start))
-	})
-
-	b.Run("csi-rclone", func(b *testing.B) {
-		e.startDriver(b)
-		defer e.stopDriver()
-		target := e.publishOne(b, "big")
-		reportThroughput(b, size, readThrough(b, filepath.Join(target, "big.bin"), size))
-	})
-
-	for _, cmdName := range []string{"mount", "mount2"} {
-		b.Run("rclone-"+cmdName, func(b *testing.B) {
+	interleave(b, []variant{
+		{"csi-rclone", func(b *testing.B, r int) sample {
+			e.startDriver(b)
+			defer e.forgetVolumes(b)
+			defer e.stopDriver()
+			target := e.publishOne(b, "big", r)
+			return throughput(readThrough(b, filepath.Join(target, "big.bin"), size))
+		}},
+		{"rclone-mount2-same", func(b *testing.B, r int) sample {
 			defer e.unmountAll()
-			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain-"+cmdName), cmdName)
-			reportThroughput(b, size, readThrough(b, filepath.Join(m.path, "big.bin"), size))
-		})
-	}
+			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain-same"), "mount2", driverFlags()...)
+			return throughput(readThrough(b, filepath.Join(m.path, "big.bin"), size))
+		}},
+		{"rclone-mount2", func(b *testing.B, r int) sample {
+			defer e.unmountAll()
+			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain"), "mount2")
+			return throughput(readThrough(b, filepath.Join(m.path, "big.bin"), size))
+		}},
+		{"rclone-cat", func(b *testing.B, r int) sample {
+			// Straight into /dev/null: no copy through this process, which
+			// serves S3 too. rclone cat fails on a short read.
+			devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer devNull.Close()
+			cmd := e.rcloneCmd("cat", remoteName+":big/big.bin")
+			cmd.Stdout, cmd.Stderr = devNull, os.Stderr
+			start := time.Now()
+			if err := cmd.Run(); err != nil {
+				b.Fatal(err)
+			}
+			return throughput(time.Since(start))
+		}},
+		{"rclone-copy-mt8", func(b *testing.B, r int) sample {
+			dst := filepath.Join(e.dir, "copy-dst")
+			defer os.RemoveAll(dst)
+			// Every file above 1 MiB in 8 streams; no hash of the copy
+			// afterwards, which no mount computes either.
+			cmd := e.rcloneCmd("copy", "--multi-thread-streams", "8", "--multi-thread-cutoff", "1M",
+				"--ignore-checksum", remoteName+":big/big.bin", dst)
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			start := time.Now()
+			if err := cmd.Run(); err != nil {
+				b.Fatal(err)
+			}
+			took := time.Since(start)
+			if fi, err := os.Stat(filepath.Join(dst, "big.bin")); err != nil || fi.Size() != size {
+				b.Fatalf("rclone copy: %v %v", fi, err)
+			}
+			return throughput(took)
+		}},
+	})
 }
 
 // BenchmarkSeqWrite: write a -bench.file-mib file sequentially with 1 MiB
-// writes through a published target and through plain rclone mounts, timed
-// until close returns (MB/s: the VFS cache takes it; rclone uploads after
-// its write-back delay, 5s by default) and until the object is complete in
-// the bucket (synced-MB/s); against `rclone rcat` into the bucket.
+// writes through a published target and through a plain `rclone mount2`
+// with the driver's options and with rclone's defaults, timed until close
+// returns (MB/s: the VFS cache takes it; rclone uploads after its
+// write-back delay, 5s by default) and until the object is complete in the
+// bucket (synced-MB/s); against `rclone rcat` into the bucket.
+// -bench.rounds rounds, interleaved.
 func BenchmarkSeqWrite(b *testing.B) {
 	size := int64(*flagFileMiB) << 20
 	e := newEnv(b, "seqwrite", func(s3dir string) error {
@@ -193,23 +222,7 @@ func BenchmarkSeqWrite(b *testing.B) {
 	})
 	object := func(name string) string { return e.s3.Object("big", name) }
 
-	b.Run("rclone-rcat", func(b *testing.B) {
-		cmd := e.rcloneCmd("rcat", remoteName+":big/rcat.bin")
-		cmd.Stdin = &patternReader{size: size}
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		start := time.Now()
-		if err := cmd.Run(); err != nil {
-			b.Fatal(err)
-		}
-		took := time.Since(start)
-		if fi, err := os.Stat(object("rcat.bin")); err != nil || fi.Size() != size {
-			b.Fatalf("rcat.bin in the bucket: %v %v", fi, err)
-		}
-		_ = os.Remove(object("rcat.bin"))
-		reportThroughput(b, size, took)
-	})
-
-	writeAndSync := func(b *testing.B, dir, name string) {
+	writeAndSync := func(b *testing.B, dir, name string) sample {
 		path := filepath.Join(dir, name)
 		start := time.Now()
 		within(b, ioTimeout, "writing "+path, func() error { return writeFileOf(path, size) })
@@ -225,34 +238,53 @@ func BenchmarkSeqWrite(b *testing.B) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		synced := time.Since(start)
-		reportThroughput(b, size, closed)
-		b.ReportMetric(mbps(size, synced), "synced-MB/s")
-		b.ReportMetric(synced.Seconds(), "synced-s")
 		// Delete it through the mount, as a user would, and make sure.
 		within(b, ioTimeout, "removing "+path, func() error { return os.Remove(path) })
 		_ = os.Remove(object(name))
+		return sample{"MB/s": mbps(size, closed), "s": closed.Seconds(), "synced-MB/s": mbps(size, synced), "synced-s": synced.Seconds()}
 	}
 
-	b.Run("csi-rclone", func(b *testing.B) {
-		e.startDriver(b)
-		defer e.stopDriver()
-		writeAndSync(b, e.publishOne(b, "big"), "written-by-csi-rclone.bin")
-	})
-
-	for _, cmdName := range []string{"mount", "mount2"} {
-		b.Run("rclone-"+cmdName, func(b *testing.B) {
+	interleave(b, []variant{
+		{"csi-rclone", func(b *testing.B, r int) sample {
+			e.startDriver(b)
+			defer e.forgetVolumes(b)
+			defer e.stopDriver()
+			return writeAndSync(b, e.publishOne(b, "big", r), "written-by-csi-rclone.bin")
+		}},
+		{"rclone-mount2-same", func(b *testing.B, r int) sample {
 			defer e.unmountAll()
-			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain-"+cmdName), cmdName)
-			writeAndSync(b, m.path, "written-by-rclone-"+cmdName+".bin")
-		})
-	}
+			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain-same"), "mount2", driverFlags()...)
+			return writeAndSync(b, m.path, "written-by-rclone-mount2-same.bin")
+		}},
+		{"rclone-mount2", func(b *testing.B, r int) sample {
+			defer e.unmountAll()
+			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain"), "mount2")
+			return writeAndSync(b, m.path, "written-by-rclone-mount2.bin")
+		}},
+		{"rclone-rcat", func(b *testing.B, r int) sample {
+			cmd := e.rcloneCmd("rcat", remoteName+":big/rcat.bin")
+			cmd.Stdin = &patternReader{size: size}
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			start := time.Now()
+			if err := cmd.Run(); err != nil {
+				b.Fatal(err)
+			}
+			took := time.Since(start)
+			if fi, err := os.Stat(object("rcat.bin")); err != nil || fi.Size() != size {
+				b.Fatalf("rcat.bin in the bucket: %v %v", fi, err)
+			}
+			_ = os.Remove(object("rcat.bin"))
+			return sample{"MB/s": mbps(size, took), "s": took.Seconds()}
+		}},
+	})
 }
 
 // BenchmarkSmallFiles: list a directory of -bench.objects objects (ls:
 // readdir; ls -l: readdir, then lstat of each), then read -bench.reads of
 // its files of -bench.small-kib KiB one after the other, through a
-// published target and through a plain rclone mount, each cold. The
-// objects are created in the S3 server's directory before it starts.
+// published target and through a plain `rclone mount2` (rclone's defaults,
+// and the driver's options), each cold. The objects are created in the S3
+// server's directory before it starts. -bench.rounds rounds, interleaved.
 func BenchmarkSmallFiles(b *testing.B) {
 	n, k, sz := *flagObjects, min(*flagReads, *flagObjects), *flagSmallKB<<10
 	if sz <= 0 || sz > len(pattern)/2 || n <= 0 || k <= 0 {
@@ -281,7 +313,7 @@ func BenchmarkSmallFiles(b *testing.B) {
 		b.Fatalf("rclone lsf lists %d objects, want %d", lines, n)
 	}
 
-	measure := func(b *testing.B, mnt string) {
+	measure := func(b *testing.B, mnt string) sample {
 		dir := filepath.Join(mnt, "d")
 		var list, stat, all time.Duration
 		var took []time.Duration
@@ -311,24 +343,32 @@ func BenchmarkSmallFiles(b *testing.B) {
 			all = time.Since(start)
 			return nil
 		})
-		b.ReportMetric(float64(all.Nanoseconds())/float64(k), "ns/op")
-		b.ReportMetric(benchkit.Ms(list), "ls-ms")
-		b.ReportMetric(benchkit.Ms(list+stat), "ls-l-ms")
-		b.ReportMetric(float64(k)/all.Seconds(), "files/s")
-		b.ReportMetric(benchkit.Ms(benchkit.Percentile(took, 0.50)), "p50-ms")
-		b.ReportMetric(benchkit.Ms(benchkit.Percentile(took, 0.95)), "p95-ms")
+		return sample{
+			"ls-ms":   benchkit.Ms(list),
+			"ls-l-ms": benchkit.Ms(list + stat),
+			"files/s": float64(k) / all.Seconds(),
+			"p50-ms":  benchkit.Ms(benchkit.Percentile(took, 0.50)),
+			"p95-ms":  benchkit.Ms(benchkit.Percentile(took, 0.95)),
+		}
 	}
 
-	b.Run("csi-rclone", func(b *testing.B) {
-		e.startDriver(b)
-		defer e.stopDriver()
-		measure(b, e.publishOne(b, "small"))
-	})
-
-	b.Run("rclone-mount", func(b *testing.B) {
-		defer e.unmountAll()
-		m, _ := e.rcloneMount(b, "small", filepath.Join(e.dir, "plain"), "mount")
-		measure(b, m.path)
+	interleave(b, []variant{
+		{"csi-rclone", func(b *testing.B, r int) sample {
+			e.startDriver(b)
+			defer e.forgetVolumes(b)
+			defer e.stopDriver()
+			return measure(b, e.publishOne(b, "small", r))
+		}},
+		{"rclone-mount2-same", func(b *testing.B, r int) sample {
+			defer e.unmountAll()
+			m, _ := e.rcloneMount(b, "small", filepath.Join(e.dir, "plain-same"), "mount2", driverFlags()...)
+			return measure(b, m.path)
+		}},
+		{"rclone-mount2", func(b *testing.B, r int) sample {
+			defer e.unmountAll()
+			m, _ := e.rcloneMount(b, "small", filepath.Join(e.dir, "plain"), "mount2")
+			return measure(b, m.path)
+		}},
 	})
 }
 

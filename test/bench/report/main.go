@@ -33,10 +33,12 @@ const pkg = "github.com/csi-rclone/csi-rclone/test/bench"
 // and into the table's labels.
 type sizes struct {
 	volumes, targets, fileMiB, objects, reads, smallKiB, calls, conc, kills int
+	rounds                                                                  int
+	profile                                                                 string // the network: loopback, wan20, wan80
 }
 
-var full = sizes{volumes: 20, targets: 5, fileMiB: 1024, objects: 10000, reads: 1000, smallKiB: 4, calls: 4000, conc: 8, kills: 5}
-var quick = sizes{volumes: 4, targets: 2, fileMiB: 64, objects: 1000, reads: 100, smallKiB: 4, calls: 400, conc: 8, kills: 2}
+var full = sizes{volumes: 20, targets: 5, fileMiB: 1024, objects: 10000, reads: 1000, smallKiB: 4, calls: 4000, conc: 8, kills: 5, rounds: 5}
+var quick = sizes{volumes: 4, targets: 2, fileMiB: 64, objects: 1000, reads: 100, smallKiB: 4, calls: 400, conc: 8, kills: 2, rounds: 2}
 
 func main() {
 	var (
@@ -57,6 +59,8 @@ func main() {
 	flag.IntVar(&s.calls, "calls", 0, "Decrypt calls with many callers (default 4000; -quick 400)")
 	flag.IntVar(&s.conc, "concurrency", 0, "concurrent Decrypt callers (default 8)")
 	flag.IntVar(&s.kills, "worker-kills", 0, "workers killed one by one (default 5; -quick 2)")
+	flag.IntVar(&s.rounds, "rounds", 0, "interleaved rounds of the I/O benchmarks (default 5; -quick 2)")
+	flag.StringVar(&s.profile, "profile", "loopback", "the network to S3: loopback, wan20 or wan80 (20/80 ms round trip, 1 Gbit/s per connection)")
 	flag.Parse()
 	def := full
 	if *quickRun {
@@ -149,7 +153,7 @@ func (s sizes) or(d sizes) sizes {
 	}
 	return sizes{pick(s.volumes, d.volumes), pick(s.targets, d.targets), pick(s.fileMiB, d.fileMiB),
 		pick(s.objects, d.objects), pick(s.reads, d.reads), pick(s.smallKiB, d.smallKiB),
-		pick(s.calls, d.calls), pick(s.conc, d.conc), pick(s.kills, d.kills)}
+		pick(s.calls, d.calls), pick(s.conc, d.conc), pick(s.kills, d.kills), pick(s.rounds, d.rounds), s.profile}
 }
 
 func (s sizes) flags() []string {
@@ -158,7 +162,8 @@ func (s sizes) flags() []string {
 		fmt.Sprintf("-bench.file-mib=%d", s.fileMiB), fmt.Sprintf("-bench.objects=%d", s.objects),
 		fmt.Sprintf("-bench.reads=%d", s.reads), fmt.Sprintf("-bench.small-kib=%d", s.smallKiB),
 		fmt.Sprintf("-bench.calls=%d", s.calls), fmt.Sprintf("-bench.concurrency=%d", s.conc),
-		fmt.Sprintf("-bench.worker-kills=%d", s.kills),
+		fmt.Sprintf("-bench.worker-kills=%d", s.kills), fmt.Sprintf("-bench.rounds=%d", s.rounds),
+		"-bench.profile=" + s.profile,
 	}
 }
 
