@@ -19,7 +19,7 @@ type Limits struct {
 	// DefaultCacheSize is the cache limit of a volume that sets none:
 	// rclone's own default is no limit.
 	DefaultCacheSize fs.SizeSuffix
-	// ReadAhead bounds vfs_read_ahead.
+	// ReadAhead bounds vfs_read_ahead and max_read_ahead.
 	ReadAhead fs.SizeSuffix
 	// ChunkSize bounds read chunks (vfs_read_chunk_size, _limit) and the
 	// upload chunks of backends (chunk_size, *_chunk_size), which a backend
@@ -110,8 +110,10 @@ var limitedOptions = []limitedOption{
 		size:  func(l Limits) fs.SizeSuffix { return l.CacheSize },
 	},
 	{
+		// max_read_ahead becomes the kernel's read-ahead of the mount
+		// (pkg/worker sets the bdi), in page cache per file read.
 		what:  "the read-ahead",
-		match: named("vfs_read_ahead"),
+		match: named("vfs_read_ahead", "max_read_ahead"),
 		size:  func(l Limits) fs.SizeSuffix { return l.ReadAhead },
 	},
 	{

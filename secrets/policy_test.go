@@ -57,6 +57,7 @@ func TestTenantAttacks(t *testing.T) {
 		{"cap", "cache size above", sec(s3, "s3remote", KeyVFSOpt, `{"CacheMaxSize":"1T"}`), nil, "cache size"},
 		{"cap", "cache size as bytes above", sec(s3, "s3remote", KeyVFSOpt, `{"CacheMaxSize":1099511627776}`), nil, "cache size"},
 		{"cap", "read-ahead 1P", sec(s3, "s3remote", KeyVFSOpt, `{"vfs_read_ahead":"1P"}`), nil, "read-ahead"},
+		{"cap", "kernel read-ahead 2G", sec(s3, "s3remote", KeyMountOpt, `{"max_read_ahead":"2G"}`), nil, "read-ahead"},
 		{"cap", "chunk streams", sec(s3, "s3remote", KeyVFSOpt, `{"vfs_read_chunk_streams":100000}`), nil, "streams"},
 		{"cap", "read chunk size", sec(s3, "s3remote", KeyVFSOpt, `{"vfs_read_chunk_size":"10G"}`), nil, "chunk size"},
 		{"cap", "read chunk size limit off", sec(s3, "s3remote", KeyVFSOpt, `{"vfs_read_chunk_size_limit":"off"}`), nil, "chunk size"},

@@ -9,6 +9,16 @@ var (
 	DefaultVFSOptions = map[string]string{
 		"vfs_cache_mode": "writes", // lets ordinary programs write (seek, rewrite)
 		"umask":          "0002",   // group-writable, so that fsGroup members write
+		// Parallel ranged GETs for a file read in order: one stream from
+		// an object store tens of ms away is bound by its latency and by
+		// what the store gives one connection. At most streams × chunk
+		// (64 MiB) in memory per open file.
+		"vfs_read_chunk_streams": "4",
+		"vfs_read_chunk_size":    "16M",
 	}
-	DefaultMountOptions = map[string]string{}
+	DefaultMountOptions = map[string]string{
+		// The driver writes it to the mount's bdi (read_ahead_kb): the
+		// kernel reads 1 MiB requests ahead instead of 128 KiB ones.
+		"max_read_ahead": "1M",
+	}
 )

@@ -11,6 +11,7 @@ import (
 	"github.com/rclone/rclone/fs/config/configstruct"
 	"github.com/rclone/rclone/vfs/vfscommon"
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/csi-rclone/csi-rclone/secrets"
 )
@@ -40,6 +41,7 @@ type kernelMount struct {
 	readOnly           bool
 	allowOther         bool
 	defaultPermissions bool
+	readAhead          int64 // bytes; rclone's max_read_ahead
 }
 
 // kernelMountOf reads the mount options of vol as rclone does.
@@ -60,6 +62,7 @@ func kernelMountOf(vol *secrets.Volume, uid, gid int) (kernelMount, error) {
 		allowOther: mountOpt.AllowOther || mountOpt.AllowRoot,
 		// go-fuse adds default_permissions for ID-mapped mounts.
 		defaultPermissions: mountOpt.DefaultPermissions || mountOpt.AllowIDMap,
+		readAhead:          int64(mountOpt.MaxReadAhead),
 	}, nil
 }
 
@@ -103,6 +106,9 @@ func mountFUSE(mountPoint string, m kernelMount) (*os.File, error) {
 	if err := unix.Mount(m.source, mountPoint, "fuse.rclone", flags, data); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("mounting FUSE at %s: %w", mountPoint, err)
+	}
+	if err := setReadAhead(mountPoint, m.readAhead); err != nil {
+		klog.ErrorS(err, "the mount keeps the kernel's read-ahead", "mountPoint", mountPoint)
 	}
 	return os.NewFile(uintptr(fd), "/dev/fuse"), nil
 }

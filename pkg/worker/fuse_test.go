@@ -24,6 +24,7 @@ func TestKernelMountOf(t *testing.T) {
 		{name: "allow_idmap adds default_permissions", mountOpt: map[string]string{"allow_idmap": "true"}, want: kernelMount{source: "store:bucket/dir", defaultPermissions: true}},
 		{name: "devname", mountOpt: map[string]string{"devname": "mine"}, want: kernelMount{source: "mine"}},
 		{name: "read only", vfsOpt: map[string]string{"read_only": "true"}, want: kernelMount{source: "store:bucket/dir", readOnly: true}},
+		{name: "max_read_ahead", mountOpt: map[string]string{"max_read_ahead": "1M"}, want: kernelMount{source: "store:bucket/dir", readAhead: 1 << 20}},
 		{name: "bad value", mountOpt: map[string]string{"allow_other": "maybe"}, wantErr: ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,9 +2,11 @@ package bench
 
 import (
 	"flag"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -13,7 +15,14 @@ import (
 	"github.com/csi-rclone/csi-rclone/pkg/driver"
 )
 
-var flagRounds = flag.Int("bench.rounds", 5, "rounds of the I/O benchmarks: each variant once a round, in a rotated order; they report the median and the range")
+var (
+	flagRounds = flag.Int("bench.rounds", 5, "rounds of the I/O benchmarks: each variant once a round, in a rotated order; they report the median and the range")
+	flagOnly   = flag.String("bench.variants", "", "regexp: run only the I/O variants it matches (rclone-cat, csi-rclone, ...)")
+	flagTry    = flag.String("bench.try", "", "rclone flags (space-separated) for the rclone-mount2-same variant on top of the driver's options, to try a default before making it one; several sets separated by ';' make one variant each (try-0, try-1, ...), interleaved")
+)
+
+// trying is the -bench.try set of the variant that runs now.
+var trying string
 
 // sample is one measurement of a variant: values by unit.
 type sample map[string]float64
@@ -32,6 +41,28 @@ type variant struct {
 // and its range (min-UNIT, max-UNIT) and, as ns/op, the median of "s".
 func interleave(b *testing.B, vs []variant) {
 	b.Helper()
+	if *flagOnly != "" {
+		re, err := regexp.Compile(*flagOnly)
+		if err != nil {
+			b.Fatal(err)
+		}
+		vs = slices.DeleteFunc(slices.Clone(vs), func(v variant) bool { return !re.MatchString(v.name) })
+	}
+	if sets := strings.Split(*flagTry, ";"); len(sets) > 1 {
+		if i := slices.IndexFunc(vs, func(v variant) bool { return v.name == "rclone-mount2-same" }); i >= 0 {
+			same := vs[i].run
+			for k, set := range sets {
+				vs = append(vs, variant{fmt.Sprintf("try-%d", k), func(b *testing.B, r int) sample {
+					trying = set
+					defer func() { trying = "" }()
+					return same(b, r)
+				}})
+			}
+			vs = slices.Delete(vs, i, i+1)
+		}
+	} else {
+		trying = *flagTry
+	}
 	got := make([][]sample, len(vs))
 	for r := 0; r < *flagRounds; r++ {
 		for k := range vs {
@@ -90,7 +121,7 @@ func driverFlags() []string {
 			out = append(out, "--"+strings.ReplaceAll(k, "_", "-")+"="+m[k])
 		}
 	}
-	return out
+	return append(out, strings.Fields(trying)...)
 }
 
 // forgetVolumes removes the driver's records of its volumes (after
