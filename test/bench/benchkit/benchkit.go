@@ -232,7 +232,7 @@ func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // Results are parsed `go test -bench` lines: benchmark name (without the
 // -GOMAXPROCS suffix) → unit → value. A name seen more than once (-count)
-// keeps the median of its values.
+// keeps the median of its values, and their range as min-UNIT and max-UNIT.
 type Results map[string]map[string]float64
 
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+(\d+)\s+(.+)$`)
@@ -268,6 +268,13 @@ func Parse(r io.Reader) (Results, error) {
 		for unit, vs := range units {
 			slices.Sort(vs)
 			out[name][unit] = vs[len(vs)/2]
+		}
+		// The range of repeated lines, where a line reports none itself.
+		for unit, vs := range units {
+			_, hasMin := units["min-"+unit]
+			if len(vs) > 1 && !hasMin && !strings.HasPrefix(unit, "min-") && !strings.HasPrefix(unit, "max-") {
+				out[name]["min-"+unit], out[name]["max-"+unit] = vs[0], vs[len(vs)-1]
+			}
 		}
 	}
 	return out, sc.Err()

@@ -35,6 +35,7 @@ type sizes struct {
 	volumes, targets, fileMiB, objects, reads, smallKiB, calls, conc, kills int
 	rounds                                                                  int
 	profile                                                                 string // the network: loopback, wan20, wan80
+	scale                                                                   string // BenchmarkScale's volume counts
 }
 
 var full = sizes{volumes: 20, targets: 5, fileMiB: 1024, objects: 10000, reads: 1000, smallKiB: 4, calls: 4000, conc: 8, kills: 5, rounds: 5}
@@ -48,6 +49,7 @@ func main() {
 		out      = flag.String("o", "", "also write the raw benchmark output to this file")
 		timeout  = flag.Duration("timeout", 45*time.Minute, "go test -timeout")
 		count    = flag.Int("count", 1, "go test -count: runs of each benchmark (the table shows the median)")
+		plotPNG  = flag.String("plot", "", "draw BenchmarkScale's results into this PNG")
 		s        sizes
 	)
 	flag.IntVar(&s.volumes, "volumes", 0, "volumes (default 20; -quick 4)")
@@ -60,6 +62,7 @@ func main() {
 	flag.IntVar(&s.conc, "concurrency", 0, "concurrent Decrypt callers (default 8)")
 	flag.IntVar(&s.kills, "worker-kills", 0, "workers killed one by one (default 5; -quick 2)")
 	flag.IntVar(&s.rounds, "rounds", 0, "interleaved rounds of the I/O benchmarks (default 5; -quick 2)")
+	flag.StringVar(&s.scale, "scale", "1,10,50,100", "volume counts of BenchmarkScale")
 	flag.StringVar(&s.profile, "profile", "loopback", "the network to S3: loopback, wan20 or wan80 (20/80 ms round trip, 1 Gbit/s per connection)")
 	flag.Parse()
 	def := full
@@ -79,6 +82,7 @@ func main() {
 		}
 		fmt.Println()
 		printTable(os.Stdout, res, s)
+		finish(res, *plotPNG)
 		return
 	}
 
@@ -130,9 +134,22 @@ func main() {
 	fmt.Print(header)
 	fmt.Printf("- load average after: %s\n- wall time: %s\n- runner flags (make bench BENCHFLAGS=...): %s\n\n", loadavg(), took.Round(time.Second), argsNote())
 	printTable(os.Stdout, res, s)
+	finish(res, *plotPNG)
 	if runErr != nil {
 		fmt.Fprintln(os.Stderr, "report: the benchmarks failed:", runErr)
 		os.Exit(1)
+	}
+}
+
+// finish prints BenchmarkScale's table and, if asked, draws it.
+func finish(res benchkit.Results, plotPNG string) {
+	pts := scalePoints(res)
+	printScale(os.Stdout, pts)
+	if plotPNG != "" {
+		if err := plotScale(plotPNG, pts); err != nil {
+			fatal(fmt.Errorf("plot: %w", err))
+		}
+		fmt.Printf("\n%s: BenchmarkScale plotted\n", plotPNG)
 	}
 }
 
@@ -153,7 +170,7 @@ func (s sizes) or(d sizes) sizes {
 	}
 	return sizes{pick(s.volumes, d.volumes), pick(s.targets, d.targets), pick(s.fileMiB, d.fileMiB),
 		pick(s.objects, d.objects), pick(s.reads, d.reads), pick(s.smallKiB, d.smallKiB),
-		pick(s.calls, d.calls), pick(s.conc, d.conc), pick(s.kills, d.kills), pick(s.rounds, d.rounds), s.profile}
+		pick(s.calls, d.calls), pick(s.conc, d.conc), pick(s.kills, d.kills), pick(s.rounds, d.rounds), s.profile, s.scale}
 }
 
 func (s sizes) flags() []string {
@@ -163,7 +180,7 @@ func (s sizes) flags() []string {
 		fmt.Sprintf("-bench.reads=%d", s.reads), fmt.Sprintf("-bench.small-kib=%d", s.smallKiB),
 		fmt.Sprintf("-bench.calls=%d", s.calls), fmt.Sprintf("-bench.concurrency=%d", s.conc),
 		fmt.Sprintf("-bench.worker-kills=%d", s.kills), fmt.Sprintf("-bench.rounds=%d", s.rounds),
-		"-bench.profile=" + s.profile,
+		"-bench.profile=" + s.profile, "-bench.scale=" + s.scale,
 	}
 }
 

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -27,16 +30,40 @@ func TestTable(t *testing.T) {
 	if v, _ := res.Get("BenchmarkNodeStageVolume/csi-rclone", "p50-ms"); v != 45.85 {
 		t.Errorf("median p50 = %v, want 45.85", v)
 	}
+	if lo, _ := res.Get("BenchmarkNodeStageVolume/csi-rclone", "min-p50-ms"); lo != 40.85 {
+		t.Errorf("min p50 = %v, want 40.85", lo)
+	}
 	var b strings.Builder
 	printTable(&b, res, full)
 	out := b.String()
 	for _, want := range []string{
-		"| 1 | NodeStageVolume p50, ms (20 volumes) | 45.9 | 115 | 0.40× |",
+		"| 1 | NodeStageVolume p50, ms (20 volumes) | 45.9 (40.9–50.9) | 115 | 0.40× |",
 		"| 7 | Decrypt over gRPC, 8 callers, calls/s | 904 | 1295 | 0.70× |",
 		"| 3 | Sequential read of 1024 MiB, MB/s | — | — | — |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// BenchmarkScale's points come sorted by volume count, and plot.
+func TestScale(t *testing.T) {
+	res, err := benchkit.Parse(strings.NewReader(`BenchmarkScale/volumes=10-2 1 68417609 ns/op 219.6 PSS-MiB 54.56 p50-ms 119.3 p95-ms 13.45 per-volume-PSS-MiB 1.652 recovery-s 10.00 volumes
+BenchmarkScale/volumes=1-2 1 75345207 ns/op 100.0 PSS-MiB 75.35 p50-ms 75.35 p95-ms 13.65 per-volume-PSS-MiB 0.1116 recovery-s 1.000 volumes
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts := scalePoints(res)
+	if len(pts) != 2 || pts[0].volumes != 1 || pts[1].volumes != 10 || pts[1].p95 != 119.3 || pts[1].recovery != 1.652 {
+		t.Fatalf("points %+v", pts)
+	}
+	png := filepath.Join(t.TempDir(), "scale.png")
+	if err := plotScale(png, pts); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(png); err != nil || !bytes.HasPrefix(data, []byte("\x89PNG")) {
+		t.Fatalf("not a PNG: %v", err)
 	}
 }
