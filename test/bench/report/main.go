@@ -33,7 +33,7 @@ const pkg = "github.com/csi-rclone/csi-rclone/test/bench"
 // and into the table's labels.
 type sizes struct {
 	volumes, targets, fileMiB, objects, reads, smallKiB, calls, conc, kills int
-	rounds                                                                  int
+	rounds, stats                                                           int
 	profile                                                                 string // the network: loopback, wan20, wan80
 	scale                                                                   string // BenchmarkScale's volume counts
 }
@@ -61,6 +61,7 @@ func main() {
 	flag.IntVar(&s.calls, "calls", 0, "Decrypt calls with many callers (default 4000; -quick 400)")
 	flag.IntVar(&s.conc, "concurrency", 0, "concurrent Decrypt callers (default 8)")
 	flag.IntVar(&s.kills, "worker-kills", 0, "workers killed one by one (default 5; -quick 2)")
+	flag.IntVar(&s.stats, "stats", 0, "listed files lstat'ed (ls -l), 0: all; each is an S3 HEAD, so use ~200 on the WAN profiles")
 	flag.IntVar(&s.rounds, "rounds", 0, "interleaved rounds of the I/O benchmarks (default 5; -quick 2)")
 	flag.StringVar(&s.scale, "scale", "1,10,50,100", "volume counts of BenchmarkScale")
 	flag.StringVar(&s.profile, "profile", "loopback", "the network to S3: loopback, wan20 or wan80 (20/80 ms round trip, 1 Gbit/s per connection)")
@@ -170,7 +171,7 @@ func (s sizes) or(d sizes) sizes {
 	}
 	return sizes{pick(s.volumes, d.volumes), pick(s.targets, d.targets), pick(s.fileMiB, d.fileMiB),
 		pick(s.objects, d.objects), pick(s.reads, d.reads), pick(s.smallKiB, d.smallKiB),
-		pick(s.calls, d.calls), pick(s.conc, d.conc), pick(s.kills, d.kills), pick(s.rounds, d.rounds), s.profile, s.scale}
+		pick(s.calls, d.calls), pick(s.conc, d.conc), pick(s.kills, d.kills), pick(s.rounds, d.rounds), s.stats, s.profile, s.scale}
 }
 
 func (s sizes) flags() []string {
@@ -179,7 +180,7 @@ func (s sizes) flags() []string {
 		fmt.Sprintf("-bench.file-mib=%d", s.fileMiB), fmt.Sprintf("-bench.objects=%d", s.objects),
 		fmt.Sprintf("-bench.reads=%d", s.reads), fmt.Sprintf("-bench.small-kib=%d", s.smallKiB),
 		fmt.Sprintf("-bench.calls=%d", s.calls), fmt.Sprintf("-bench.concurrency=%d", s.conc),
-		fmt.Sprintf("-bench.worker-kills=%d", s.kills), fmt.Sprintf("-bench.rounds=%d", s.rounds),
+		fmt.Sprintf("-bench.worker-kills=%d", s.kills), fmt.Sprintf("-bench.rounds=%d", s.rounds), fmt.Sprintf("-bench.stats=%d", s.stats),
 		"-bench.profile=" + s.profile, "-bench.scale=" + s.scale,
 	}
 }

@@ -52,6 +52,7 @@ func rows(s sizes) []row {
 		{"3", "″", ref{write + "csi-rclone", "synced-MB/s"}, ref{write + "rclone-rcat", "MB/s"}, "`rclone rcat` to S3: one stream"},
 		{"4", fmt.Sprintf("List %d objects%s (ls), ms", s.objects, net), ref{small + "csi-rclone", "ls-ms"}, ref{small + "rclone-mount2", "ls-ms"}, "plain `rclone mount2`, rclone's defaults"},
 		{"4", "List and stat each (ls -l), ms", ref{small + "csi-rclone", "ls-l-ms"}, ref{small + "rclone-mount2", "ls-l-ms"}, "same"},
+		{"4", "lstat of one listed file, ms", ref{small + "csi-rclone", "stat-ms"}, ref{small + "rclone-mount2", "stat-ms"}, "same"},
 		{"4", fmt.Sprintf("Read %d files of %d KiB, files/s", s.reads, s.smallKiB), ref{small + "csi-rclone", "files/s"}, ref{small + "rclone-mount2", "files/s"}, "same"},
 		{"4", "Read one small file p95, ms", ref{small + "csi-rclone", "p95-ms"}, ref{small + "rclone-mount2", "p95-ms"}, "same"},
 		{"4", "List (ls), ms", ref{small + "csi-rclone", "ls-ms"}, ref{small + "rclone-mount2-same", "ls-ms"}, "plain `rclone mount2`, the driver's options"},
