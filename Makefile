@@ -65,10 +65,13 @@ manifests:
 
 # Benchmarks against S3 on loopback, each figure next to a baseline measured
 # in the same run; ends with one markdown table (docs/benchmarks.md).
-# BENCHFLAGS=-quick for a short run; go run ./test/bench/report -h for more.
+# PROFILE=wan20 or wan80 puts the S3 server 20 or 80 ms of round trip away
+# (Toxiproxy in process, 1 Gbit/s per connection). BENCHFLAGS=-quick for a
+# short run; go run ./test/bench/report -h for more (-rounds, -plot, ...).
+PROFILE ?= loopback
 .PHONY: bench
 bench: fuse-conf
-	GO=$(GO) $(GO) run ./test/bench/report $(BENCHFLAGS)
+	GO=$(GO) $(GO) run ./test/bench/report -profile=$(PROFILE) $(BENCHFLAGS)
 
 # The driver, its image and its chart on a real single-node Kubernetes built
 # on this machine (test/cluster): etcd, containerd, runc and CNI from Debian;

@@ -98,7 +98,7 @@ func main() {
 	args := []string{"test", "-run", "^$", "-bench", *bench, "-benchtime", "1x", "-count", fmt.Sprint(*count),
 		"-timeout", timeout.String(), pkg, "-args", "-bench.dir=" + dir}
 	args = append(args, s.flags()...)
-	header := machine(goBin)
+	header := machine(goBin) + fmt.Sprintf("- network to S3: %s; %d interleaved rounds of the I/O benchmarks\n", s.profile, s.rounds)
 	fmt.Print(header)
 	fmt.Printf("running: %s %s\n\n", goBin, strings.Join(args, " "))
 
