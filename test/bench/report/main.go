@@ -145,7 +145,7 @@ func main() {
 // finish prints BenchmarkScale's table and, if asked, draws it.
 func finish(res benchkit.Results, plotPNG string) {
 	pts := scalePoints(res)
-	printScale(os.Stdout, pts)
+	printScale(os.Stdout, res, pts)
 	if plotPNG != "" {
 		if err := plotScale(plotPNG, pts); err != nil {
 			fatal(fmt.Errorf("plot: %w", err))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ const scale = "BenchmarkScale/volumes="
 
 // scalePoint is BenchmarkScale's result at one volume count.
 type scalePoint struct {
+	name                          string
 	volumes                       int
 	p50, p95, pss, recovery, pss0 float64
 }
@@ -34,23 +36,25 @@ func scalePoints(res benchkit.Results) []scalePoint {
 			continue
 		}
 		get := func(unit string) float64 { v, _ := res.Get(name, unit); return v }
-		out = append(out, scalePoint{volumes: n, p50: get("p50-ms"), p95: get("p95-ms"),
+		out = append(out, scalePoint{name: name, volumes: n, p50: get("p50-ms"), p95: get("p95-ms"),
 			pss: get("per-volume-PSS-MiB"), recovery: get("recovery-s"), pss0: get("PSS-MiB")})
 	}
 	slices.SortFunc(out, func(a, b scalePoint) int { return a.volumes - b.volumes })
 	return out
 }
 
-// printScale prints BenchmarkScale's table.
-func printScale(w *os.File, pts []scalePoint) {
+// printScale prints BenchmarkScale's table: medians, and ranges of
+// repeated runs (-count).
+func printScale(w io.Writer, res benchkit.Results, pts []scalePoint) {
 	if len(pts) == 0 {
 		return
 	}
 	fmt.Fprintln(w, "\n| staged volumes | NodeStageVolume p50, ms | p95, ms | PSS per idle volume, MiB | PSS of driver + workers, MiB | all targets read again after kill -9, s |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|")
 	for _, p := range pts {
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s |\n", p.volumes, value(p.p50, true), value(p.p95, true),
-			value(p.pss, true), value(p.pss0, true), value(p.recovery, true))
+		v := func(unit string, x float64) string { return withRange(res, ref{p.name, unit}, x, true) }
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s |\n", p.volumes, v("p50-ms", p.p50), v("p95-ms", p.p95),
+			v("per-volume-PSS-MiB", p.pss), v("PSS-MiB", p.pss0), v("recovery-s", p.recovery))
 	}
 }
 
