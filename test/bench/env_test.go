@@ -261,10 +261,17 @@ func (e *env) volume(i int) kubelet.Volume {
 }
 
 func (e *env) volumeOf(pv, handle, remotePath string) kubelet.Volume {
-	return kubelet.Volume{PV: pv, Handle: handle,
+	v := kubelet.Volume{PV: pv, Handle: handle,
 		Capability: harness.MountCapability(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER),
 		Secret:     map[string]string{"remote": remoteName, "remotePath": remotePath, "configData": e.rcloneConfig()},
 	}
+	if *flagVFSOpt != "" {
+		v.Secret["vfsOpt"] = *flagVFSOpt
+	}
+	if *flagMountOpt != "" {
+		v.Secret["mountOpt"] = *flagMountOpt
+	}
+	return v
 }
 
 // stage calls NodeStageVolume as the kubelet does and times the call alone.
