@@ -27,7 +27,7 @@ func (t *tenantFlags) register(fl *flag.FlagSet) {
 	}
 	size(&t.limits.CacheSize, "tenant-max-cache-size", secrets.DefaultCacheSizeLimit, "largest VFS cache a volume may ask for")
 	size(&t.limits.DefaultCacheSize, "default-cache-size", secrets.DefaultVolumeCacheSize, "VFS cache limit of a volume that sets none")
-	size(&t.limits.ReadAhead, "tenant-max-read-ahead", secrets.DefaultReadAheadLimit, "largest vfs_read_ahead")
+	size(&t.limits.ReadAhead, "tenant-max-read-ahead", secrets.DefaultReadAheadLimit, "largest vfs_read_ahead and max_read_ahead (the kernel read-ahead of the mount)")
 	size(&t.limits.ChunkSize, "tenant-max-chunk-size", secrets.DefaultChunkSizeLimit, "largest read chunk and backend upload chunk")
 	size(&t.limits.BufferSize, "tenant-max-buffer-size", secrets.DefaultBufferSizeLimit, "largest in-memory buffer option of a backend")
 	fl.IntVar(&t.limits.Streams, "tenant-max-streams", secrets.DefaultStreamsLimit, "most parallel streams, concurrent uploads, transfers or checkers a volume may ask for (-1: no limit)")
