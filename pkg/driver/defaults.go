@@ -17,9 +17,10 @@ var (
 		"vfs_read_chunk_size":    "16M",
 	}
 	DefaultMountOptions = map[string]string{
-		// The driver writes it to the mount's bdi (read_ahead_kb): the
-		// kernel keeps up to 4 MiB of 1 MiB reads in flight instead of
-		// one 128 KiB read, which keeps the chunk streams busy.
+		// The driver writes it to the mount's bdi (read_ahead_kb), which
+		// Linux otherwise holds at 128 KiB for FUSE: the kernel keeps
+		// several 1 MiB reads in flight where FUSE round trips are the
+		// limit.
 		"max_read_ahead": "4M",
 	}
 )
