@@ -267,6 +267,7 @@ func TestMountPodSurvivesPluginAndIsAdopted(t *testing.T) {
 	if err := os.Mkdir(other, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = unix.Unmount(other, unix.MNT_DETACH) }) // if the check below fails
 	otherSpec := spec
 	otherSpec.MountPoint = other
 	if _, err := worker.StartOn(attachCtx, socket, worker.Options{UID: uid, GID: uid}, otherSpec); err == nil || !strings.Contains(err.Error(), "attach") {
