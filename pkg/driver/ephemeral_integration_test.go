@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/csi-rclone/csi-rclone/test/harness"
+	"github.com/csi-rclone/csi-rclone/test/procfs"
 )
 
 // inline is a CSI ephemeral inline volume as the kubelet publishes it: no
@@ -62,7 +63,7 @@ func (in *inline) unpublish() error {
 // volume is left on the node.
 func (in *inline) nothingLeft() {
 	in.t.Helper()
-	if mounted(in.t, in.target) {
+	if procfs.Mounted(in.t, in.target) {
 		in.t.Error("target still mounted")
 	}
 	if n := workers(in.t, in.e, in.id); n != 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/csi-rclone/csi-rclone/pkg/provision"
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/test/harness"
+	"github.com/csi-rclone/csi-rclone/test/procfs"
 )
 
 // TestMain lets this test binary serve as the driver's mount worker and
@@ -130,20 +131,6 @@ func (v *vol) unpublish(target string) error {
 	return err
 }
 
-func mounted(t *testing.T, path string) bool {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			return true
-		}
-	}
-	return false
-}
-
 // workers counts live worker processes of a volume of e.
 func workers(t *testing.T, e *harness.Env, volumeID string) int {
 	t.Helper()
@@ -248,7 +235,7 @@ func TestStagePublishTwoTargetsShareOneMount(t *testing.T) {
 	if err != nil || string(got) != "written by a" {
 		t.Fatalf("object in bucket: %q, %v", got, err)
 	}
-	if mounted(t, v.staging) {
+	if procfs.Mounted(t, v.staging) {
 		t.Fatal("staging path still mounted")
 	}
 	if n := workers(t, v.e, v.id); n != 0 {
@@ -415,7 +402,7 @@ func TestStageFailuresLeaveNothing(t *testing.T) {
 			if strings.Contains(err.Error(), harness.SecretAccessKey) {
 				t.Errorf("error quotes the secret key: %v", err)
 			}
-			if mounted(t, v.staging) {
+			if procfs.Mounted(t, v.staging) {
 				t.Error("staging path mounted after a failed stage")
 			}
 			if n := workers(t, v.e, v.id); n != 0 {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-rclone/csi-rclone/test/procfs"
 	"github.com/csi-rclone/csi-rclone/test/testpki"
 
 	"github.com/fernet/fernet-go"
@@ -130,7 +131,7 @@ func writeThrough(t *testing.T, v *vol, bucket string) {
 	if err != nil || string(got) != content {
 		t.Fatalf("object in the bucket: %q, %v", got, err)
 	}
-	if mounted(t, v.staging) || workers(t, v.e, v.id) != 0 || recorded(t, v.e, v.id) {
+	if procfs.Mounted(t, v.staging) || workers(t, v.e, v.id) != 0 || recorded(t, v.e, v.id) {
 		t.Fatal("mount, worker or record left after unstage")
 	}
 }
@@ -148,7 +149,7 @@ func failsCleanly(t *testing.T, v *vol, code codes.Code, secretValues ...string)
 			t.Errorf("error quotes a credential or ciphertext: %v", err)
 		}
 	}
-	if mounted(t, v.staging) {
+	if procfs.Mounted(t, v.staging) {
 		t.Error("staging path mounted after a failed stage")
 	}
 	if n := workers(t, v.e, v.id); n != 0 {
@@ -253,7 +254,7 @@ func TestSecretServiceStage(t *testing.T) {
 		}
 		eventuallyWithin(t, 30*time.Second, "stage after the secret service came back", v.stage)
 		t.Cleanup(func() { v.unstage() })
-		if !mounted(t, v.staging) || workers(t, v.e, v.id) != 1 {
+		if !procfs.Mounted(t, v.staging) || workers(t, v.e, v.id) != 1 {
 			t.Fatal("volume not mounted after the stage succeeded")
 		}
 		if err := v.unstage(); err != nil {

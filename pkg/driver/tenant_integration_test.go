@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/csi-rclone/csi-rclone/test/harness"
+	"github.com/csi-rclone/csi-rclone/test/procfs"
 )
 
 // TestTenantAttacksStartNothing stages, through the real driver, one secret
@@ -56,7 +57,7 @@ func TestTenantAttacksStartNothing(t *testing.T) {
 			if strings.Contains(msg, harness.SecretAccessKey) || len(msg) > 1000 {
 				t.Errorf("message quotes the secret: %.200q", msg)
 			}
-			if mounted(t, v.staging) {
+			if procfs.Mounted(t, v.staging) {
 				t.Error("staging path mounted after a refused stage")
 			}
 			if n := workers(t, v.e, v.id); n != 0 {

@@ -44,6 +44,21 @@ type kernelMount struct {
 	readAhead          int64 // bytes; rclone's max_read_ahead
 }
 
+// mountFor mounts FUSE at spec.MountPoint with the kernel options of
+// spec's volume, for a worker that runs as opts' uid and gid: the first
+// step of Start and of StartOn. A failed mount is ErrMount.
+func mountFor(spec *Spec, opts Options) (*os.File, error) {
+	km, err := kernelMountOf(&spec.Volume, opts.UID, opts.GID)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := mountFUSE(spec.MountPoint, km)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMount, err)
+	}
+	return dev, nil
+}
+
 // kernelMountOf reads the mount options of vol as rclone does.
 func kernelMountOf(vol *secrets.Volume, uid, gid int) (kernelMount, error) {
 	mountOpt, vfsOpt, err := rcloneOptions(vol, mountlib.Options{}, vfscommon.Options{})

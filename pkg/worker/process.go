@@ -62,14 +62,10 @@ func Start(ctx context.Context, opts Options, spec Spec) (p *Process, err error)
 			return nil, fmt.Errorf("finding own executable: %w", err)
 		}
 	}
-	km, err := kernelMountOf(&spec.Volume, opts.UID, opts.GID)
+	mountPoint := spec.MountPoint
+	dev, err := mountFor(&spec, opts)
 	if err != nil {
 		return nil, err
-	}
-	mountPoint := spec.MountPoint
-	dev, err := mountFUSE(mountPoint, km)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMount, err)
 	}
 	defer dev.Close() // on the early returns; a no-op after the one below
 	defer func() {

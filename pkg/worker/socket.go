@@ -309,14 +309,10 @@ type Conn struct {
 // hands it and spec to the worker that listens on socketPath (waiting until
 // it does, within ctx). On failure no mount is left.
 func StartOn(ctx context.Context, socketPath string, opts Options, spec Spec) (_ *Conn, err error) {
-	km, err := kernelMountOf(&spec.Volume, opts.UID, opts.GID)
+	mountPoint := spec.MountPoint
+	dev, err := mountFor(&spec, opts)
 	if err != nil {
 		return nil, err
-	}
-	mountPoint := spec.MountPoint
-	dev, err := mountFUSE(mountPoint, km)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMount, err)
 	}
 	defer dev.Close() // the worker has its own copy, or failed
 	defer func() {

@@ -23,6 +23,7 @@ import (
 	"github.com/csi-rclone/csi-rclone/pkg/worker"
 	"github.com/csi-rclone/csi-rclone/secrets"
 	"github.com/csi-rclone/csi-rclone/test/harness"
+	"github.com/csi-rclone/csi-rclone/test/procfs"
 	"github.com/csi-rclone/csi-rclone/test/s3server"
 )
 
@@ -273,7 +274,7 @@ func TestMountPodSurvivesPluginAndIsAdopted(t *testing.T) {
 	if _, err := worker.StartOn(attachCtx, socket, worker.Options{UID: uid, GID: uid}, otherSpec); err == nil || !strings.Contains(err.Error(), "attach") {
 		t.Fatalf("start on a serving worker: %v", err)
 	}
-	if isMounted(t, other) {
+	if procfs.Mounted(t, other) {
 		t.Fatal("a refused start left its mount")
 	}
 	// The refused start took nothing over: the attached plugin still commands.
@@ -322,18 +323,4 @@ func TestMountPodSurvivesPluginAndIsAdopted(t *testing.T) {
 	if strings.Contains(pod.stderr.String(), key) {
 		t.Fatal("the mount worker's log has the secret key")
 	}
-}
-
-func isMounted(t *testing.T, path string) bool {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			return true
-		}
-	}
-	return false
 }

@@ -1,4 +1,5 @@
-// Package procfs reads what tests check of a process in /proc.
+// Package procfs reads what tests check of a process, or of this one's
+// mounts, in /proc.
 package procfs
 
 import (
@@ -22,4 +23,20 @@ func Status(t testing.TB, pid int) map[string]string {
 		}
 	}
 	return out
+}
+
+// Mounted says whether something is mounted at path in this process's mount
+// namespace (path as mountinfo writes it).
+func Mounted(t testing.TB, path string) bool {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
 }
