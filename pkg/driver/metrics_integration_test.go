@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"golang.org/x/sys/unix"
 
 	"github.com/csi-rclone/csi-rclone/pkg/driver"
 	"github.com/csi-rclone/csi-rclone/test/harness"
@@ -157,6 +158,41 @@ func TestVolumeMetricsMove(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Files a pod holds open are counted until their last close; a second
+	// descriptor of the same open (dup) is no second file.
+	openFiles := func(want float64) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("open_files %v", want), func() error {
+			vals, _, err := volumeSeries(addr, v.id)
+			if err != nil {
+				return err
+			}
+			if got := vals["csi_rclone_volume_open_files"]; got != want {
+				return fmt.Errorf("open_files = %v", got)
+			}
+			return nil
+		})
+	}
+	openFiles(0)
+	r, err := os.Open(filepath.Join(target, "seed.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.Create(filepath.Join(target, "held.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, err := unix.Dup(int(r.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	openFiles(2)
+	r.Close()
+	w.Close()
+	openFiles(1) // the dup holds the first open
+	unix.Close(dup)
+	openFiles(0)
 
 	// A worker that dies counts a restart and a recovery, and the bytes
 	// counted so far stay.

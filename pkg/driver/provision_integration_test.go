@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -267,6 +269,54 @@ func TestCapacityInStatfs(t *testing.T) {
 	v := newVol(t, e, "vol-sized-bad", "sized")
 	v.context = map[string]string{"capacity": "lots"}
 	wantCode(t, v.stage(), codes.InvalidArgument)
+}
+
+// S3 cannot say its free space (no About): a sized volume of a whole bucket
+// path shows as free what its VFS cache can still take, in statfs and in
+// NodeGetVolumeStats alike, and less once the cache holds a file.
+func TestFreeSpaceIsTheCacheLimit(t *testing.T) {
+	e := startEnv(t)
+	if err := e.S3.MakeBucket("cachefree"); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 64 << 20
+	v := newVol(t, e, "vol-cache-free", "cachefree")
+	v.context = map[string]string{"capacity": "20Gi"}
+	v.secret["vfsOpt"] = `{"vfs_cache_max_size":"64M","vfs_cache_poll_interval":"1s"}`
+	v.mustStage()
+	target := v.mustPublish("pod", false)
+
+	free := func() (total, free int64) {
+		t.Helper()
+		var st unix.Statfs_t
+		if err := unix.Statfs(target, &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize
+	}
+	if total, f := free(); total != 20<<30 || f != limit {
+		t.Fatalf("statfs total %d, free %d; want %d and the cache limit %d", total, f, int64(20<<30), limit)
+	}
+	stats, err := e.Node.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range stats.GetUsage() {
+		if u.GetUnit() == csi.VolumeUsage_BYTES && (u.GetTotal() != 20<<30 || u.GetAvailable() != limit) {
+			t.Errorf("NodeGetVolumeStats total %d, available %d; want %d, %d", u.GetTotal(), u.GetAvailable(), int64(20<<30), limit)
+		}
+	}
+
+	const written = 16 << 20
+	if err := os.WriteFile(filepath.Join(target, "in-cache.bin"), bytes.Repeat([]byte("c"), written), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 30*time.Second, "free space to shrink by what the cache holds", func() error {
+		if _, f := free(); f > limit-written || f <= 0 {
+			return fmt.Errorf("free %d, want <= %d and > 0", f, limit-written)
+		}
+		return nil
+	})
 }
 
 // S3 has no empty directories: a PVC's fresh directory is staged all the

@@ -41,6 +41,7 @@ var (
 	descUploadErrors = volumeDesc("upload_errors_total", "Uploads to the remote that failed (rclone retries them).")
 	descErrors       = volumeDesc("errors_total", "Errors rclone's accounting counted for the volume.")
 	descBusy         = volumeDesc("busy", "1 while a file is open for write, or a cached file is open or not yet uploaded: unstage waits for 0.")
+	descOpenFiles    = volumeDesc("open_files", "Files open on the volume now, by any process on the node: the kernel's open file handles on its mount.")
 	descReading      = volumeDesc("reading_files", "Files being read from the remote now.")
 	descUploading    = volumeDesc("uploading_files", "Uploads running now.")
 	descQueued       = volumeDesc("queued_uploads", "Files closed and waiting for the write-back delay before their upload.")
@@ -74,7 +75,7 @@ func newVolumeCollector(n *nodeServer) *volumeCollector {
 }
 
 func (c *volumeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descReadBytes, descWrittenBytes, descUploadErrors, descErrors, descBusy, descReading,
+	for _, d := range []*prometheus.Desc{descUp, descReadBytes, descWrittenBytes, descUploadErrors, descErrors, descBusy, descOpenFiles, descReading,
 		descUploading, descQueued, descDirty, descCacheBytes, descCacheFiles, descErroredFiles, descRecoveries, descRestarts} {
 		ch <- d
 	}
@@ -176,6 +177,7 @@ func (c *volumeCollector) emit(ch chan<- prometheus.Metric, smp *volumeSample, t
 	gauge(descUp, 1)
 	st := smp.stats
 	gauge(descBusy, boolValue(st.Busy))
+	gauge(descOpenFiles, float64(st.OpenFiles))
 	gauge(descReading, float64(st.Reading))
 	gauge(descUploading, float64(st.Uploading))
 	gauge(descQueued, float64(st.UploadsQueued))

@@ -77,7 +77,7 @@ func TestVolumeCollector(t *testing.T) {
 		s.mu.Unlock()
 		return v
 	}
-	a := newStatsFake(worker.Stats{ReadBytes: 100, WrittenBytes: 10, Dirty: 2, CacheBytes: 4096, Busy: true}, nil)
+	a := newStatsFake(worker.Stats{ReadBytes: 100, WrittenBytes: 10, Dirty: 2, CacheBytes: 4096, Busy: true, OpenFiles: 3}, nil)
 	va := add("a", a, map[string]string{"csi.storage.k8s.io/pvc/namespace": "team", "csi.storage.k8s.io/pvc/name": "data"})
 	add("slow", newStatsFake(worker.Stats{}, errors.New("no answer")), nil)
 	c := newVolumeCollector(s)
@@ -93,6 +93,7 @@ func TestVolumeCollector(t *testing.T) {
 		{"csi_rclone_volume_dirty_files", "a", 2},
 		{"csi_rclone_volume_cache_bytes", "a", 4096},
 		{"csi_rclone_volume_busy", "a", 1},
+		{"csi_rclone_volume_open_files", "a", 3},
 		{"csi_rclone_volume_up", "slow", 0},
 		{"csi_rclone_volume_read_bytes_total", "slow", 0},
 	} {

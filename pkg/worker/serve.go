@@ -26,7 +26,6 @@ import (
 	"github.com/rclone/rclone/vfs/vfscommon"
 
 	_ "github.com/rclone/rclone/backend/all" // every backend: platforms offer them all
-	_ "github.com/rclone/rclone/cmd/mount2"  // the pure-Go FUSE mount method
 )
 
 // Serve is the worker's main on pipes: it reads the Spec from in, mounts,
@@ -67,7 +66,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 }
 
 // mountAndReport mounts spec and says so, or why not, with send.
-func mountAndReport(ctx context.Context, spec *Spec, send func(event)) (*mountlib.MountPoint, error) {
+func mountAndReport(ctx context.Context, spec *Spec, send func(event)) (*mounted, error) {
 	mnt, err := mount(ctx, spec)
 	if err != nil {
 		msg := spec.Volume.Redact(err.Error())
@@ -75,7 +74,7 @@ func mountAndReport(ctx context.Context, spec *Spec, send func(event)) (*mountli
 		return nil, errors.New(msg)
 	}
 	spec.Volume.Config, spec.Volume.Secrets = nil, nil // in rclone's memory now; drop our copy
-	finishLeftovers(mnt)
+	finishLeftovers(mnt.MountPoint)
 	send(event{Type: evReady})
 	fs.Logf(nil, "worker: volume %s mounted at %s", spec.VolumeID, spec.MountPoint)
 	return mnt, nil
@@ -87,7 +86,7 @@ var errTold = errors.New("told to exit")
 // obey runs the commands of the parent until the mount ends or the parent is
 // gone (cmds is closed). Each command is answered on its own goroutine, with
 // its id, so that a long drain does not hold up the next command.
-func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, cmds <-chan command, send func(event)) error {
+func obey(ctx context.Context, spec *Spec, mnt *mounted, cmds <-chan command, send func(event)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -118,7 +117,7 @@ func obey(ctx context.Context, spec *Spec, mnt *mountlib.MountPoint, cmds <-chan
 				// on a hung VFS, scrapes do not pile up gatherings.
 				go func() {
 					st, _, _ := gather.Do("stats", func() (any, error) {
-						return volumeStats(mnt.VFS, counts, spec.CacheDir), nil
+						return volumeStats(mnt.VFS, counts, spec.CacheDir, mnt.fuse.OpenFiles()), nil
 					})
 					stats := st.(Stats)
 					send(event{ID: c.ID, Type: evStats, Stats: &stats})
@@ -155,9 +154,16 @@ func exitReport(cacheDir string) event {
 	return event{Type: evExit, Work: Work{Dirty: n}}
 }
 
+// mounted is a worker's mount: rclone's mount point, and the FUSE server
+// under it.
+type mounted struct {
+	*mountlib.MountPoint
+	fuse *fuseServer
+}
+
 // mount sets rclone up from the spec and mounts it. It returns when the kernel
 // has the mount.
-func mount(ctx context.Context, spec *Spec) (*mountlib.MountPoint, error) {
+func mount(ctx context.Context, spec *Spec) (*mounted, error) {
 	if err := fs.GlobalOptionsInit(); err != nil {
 		return nil, fmt.Errorf("rclone options: %w", err)
 	}
@@ -201,16 +207,13 @@ func mount(ctx context.Context, spec *Spec) (*mountlib.MountPoint, error) {
 		return nil, classify(fmt.Errorf("listing %s: %w", spec.Volume.FsString(), err))
 	}
 
-	_, mountFn := mountlib.ResolveMountMethod("mount2")
-	if mountFn == nil {
-		return nil, errors.New("rclone mount2 method not compiled in")
-	}
 	uploadLeftovers(ctx, f, &vfsOpt, spec.CacheDir)
-	mnt := mountlib.NewMountPoint(mountFn, spec.MountPoint, f, &mountOpt, &vfsOpt)
+	srv := &fuseServer{}
+	mnt := mountlib.NewMountPoint(srv.mountFn, spec.MountPoint, f, &mountOpt, &vfsOpt)
 	if _, err := mnt.Mount(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMount, err)
 	}
-	return mnt, nil
+	return &mounted{MountPoint: mnt, fuse: srv}, nil
 }
 
 var errProbeDone = errors.New("probe done")

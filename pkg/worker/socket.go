@@ -27,7 +27,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rclone/rclone/cmd/mountlib"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
@@ -56,7 +55,7 @@ func init() { kinds["notStarted"] = ErrNotStarted }
 func ServeSocket(ctx context.Context, ln *net.UnixListener, cacheDir string, onSpec func(*Spec)) error {
 	h := &hub{cmds: make(chan command)}
 	var spec Spec
-	var mnt *mountlib.MountPoint
+	var mnt *mounted
 	for mnt == nil {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -79,7 +78,7 @@ func ServeSocket(ctx context.Context, ln *net.UnixListener, cacheDir string, onS
 
 // startOn serves a connection's start: it reads the device and the Spec,
 // and mounts.
-func startOn(ctx context.Context, c *net.UnixConn, spec *Spec, cacheDir string, onSpec func(*Spec)) (*mountlib.MountPoint, *json.Decoder, error) {
+func startOn(ctx context.Context, c *net.UnixConn, spec *Spec, cacheDir string, onSpec func(*Spec)) (*mounted, *json.Decoder, error) {
 	hello, fd, err := readHello(c)
 	if err != nil {
 		return nil, nil, err

@@ -32,6 +32,10 @@ type Stats struct {
 	Uploading int `json:"uploading"`
 	// UploadsQueued are files closed and waiting for the write-back delay.
 	UploadsQueued int `json:"uploadsQueued"`
+	// OpenFiles are the file handles the kernel holds on the mount: every
+	// open(2) of a file on it, by any process of any pod, until the last
+	// close of that open.
+	OpenFiles int `json:"openFiles"`
 	// Busy: a file is open for write, or a cached file is open or not
 	// uploaded yet (rclone's VFS.Busy).
 	Busy bool `json:"busy"`
@@ -150,8 +154,8 @@ func (t *tally) run(ctx context.Context) {
 }
 
 // volumeStats gathers the stats of the worker's one VFS.
-func volumeStats(v *vfs.VFS, t *tally, cacheDir string) Stats {
-	var st Stats
+func volumeStats(v *vfs.VFS, t *tally, cacheDir string, openFiles int) Stats {
+	st := Stats{OpenFiles: openFiles}
 	st.ReadBytes, st.WrittenBytes, st.UploadErrors, st.Reading, st.Uploading = t.look()
 	st.Errors = accounting.GlobalStats().GetErrors()
 	st.Busy = v.Busy()
