@@ -265,11 +265,20 @@ func (e *env) volumeOf(pv, handle, remotePath string) kubelet.Volume {
 		Capability: harness.MountCapability(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER),
 		Secret:     map[string]string{"remote": remoteName, "remotePath": remotePath, "configData": e.rcloneConfig()},
 	}
-	if *flagVFSOpt != "" {
-		v.Secret["vfsOpt"] = *flagVFSOpt
+	// A set of -bench.vfs-opt in interleaved variants: vfsOpt, or
+	// vfsOpt|mountOpt.
+	opt, mnt := tryingVFS, *flagMountOpt
+	if opt == "" && !strings.Contains(*flagVFSOpt, ";") {
+		opt = *flagVFSOpt
 	}
-	if *flagMountOpt != "" {
-		v.Secret["mountOpt"] = *flagMountOpt
+	if vfs, m, ok := strings.Cut(opt, "|"); ok {
+		opt, mnt = vfs, m
+	}
+	if opt != "" {
+		v.Secret["vfsOpt"] = opt
+	}
+	if mnt != "" {
+		v.Secret["mountOpt"] = mnt
 	}
 	return v
 }
@@ -345,7 +354,7 @@ func (e *env) rcloneMount(b *testing.B, remotePath, mountpoint, cmdName string, 
 		"--daemon", "--vfs-cache-mode", "writes", "--uid", "1000", "--gid", "1000", "--umask", "0002",
 		"--allow-other", "--cache-dir", cache, "--log-file", logFile)
 	cmd.Args = append(cmd.Args, extra...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + e.dir}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + e.dir}, tryingEnv()...)
 	// A file, not a pipe: the daemon inherits it, and cmd.Wait would wait
 	// for a pipe until the daemon exits.
 	out, err := os.Create(logFile + ".out")

@@ -151,7 +151,25 @@ func BenchmarkSeqRead(b *testing.B) {
 	if out, err := warm.CombinedOutput(); err != nil {
 		b.Fatalf("rclone cat --count 1: %v: %s", err, out)
 	}
-	throughput := func(d time.Duration) sample { return sample{"MB/s": mbps(size, d), "s": d.Seconds()} }
+	// Each variant's read, timed, with where the CPU went meanwhile.
+	read := func(b *testing.B, label string, r int, pids []int, path string) sample {
+		var took time.Duration
+		return withCPU(b, label, r, pids, func() sample { return sample{"MB/s": mbps(size, took), "s": took.Seconds()} },
+			func() benchkit.ProcCPU { took = readThrough(b, path, size); return benchkit.ProcCPU{} })
+	}
+	run := func(b *testing.B, label string, r int, cmd *exec.Cmd, check func(time.Duration)) sample {
+		var took time.Duration
+		return withCPU(b, label, r, nil, func() sample { return sample{"MB/s": mbps(size, took), "s": took.Seconds()} },
+			func() benchkit.ProcCPU {
+				start := time.Now()
+				if err := cmd.Run(); err != nil {
+					b.Fatal(err)
+				}
+				took = time.Since(start)
+				check(took)
+				return cpuOfRun(cmd)
+			})
+	}
 
 	interleave(b, []variant{
 		{"csi-rclone", func(b *testing.B, r int) sample {
@@ -159,17 +177,21 @@ func BenchmarkSeqRead(b *testing.B) {
 			defer e.forgetVolumes(b)
 			defer e.stopDriver()
 			target := e.publishOne(b, "big", r)
-			return throughput(readThrough(b, filepath.Join(target, "big.bin"), size))
+			var workers []int
+			for _, ps := range e.workerPIDs() {
+				workers = append(workers, ps...)
+			}
+			return read(b, "csi-rclone", r, workers, filepath.Join(target, "big.bin"))
 		}},
 		{"rclone-mount2-same", func(b *testing.B, r int) sample {
 			defer e.unmountAll()
 			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain-same"), "mount2", driverFlags()...)
-			return throughput(readThrough(b, filepath.Join(m.path, "big.bin"), size))
+			return read(b, "rclone-mount2-same", r, []int{m.pid}, filepath.Join(m.path, "big.bin"))
 		}},
 		{"rclone-mount2", func(b *testing.B, r int) sample {
 			defer e.unmountAll()
 			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain"), "mount2")
-			return throughput(readThrough(b, filepath.Join(m.path, "big.bin"), size))
+			return read(b, "rclone-mount2", r, []int{m.pid}, filepath.Join(m.path, "big.bin"))
 		}},
 		{"rclone-cat", func(b *testing.B, r int) sample {
 			// Straight into /dev/null: no copy through this process, which
@@ -181,11 +203,7 @@ func BenchmarkSeqRead(b *testing.B) {
 			defer devNull.Close()
 			cmd := e.rcloneCmd("cat", remoteName+":big/big.bin")
 			cmd.Stdout, cmd.Stderr = devNull, os.Stderr
-			start := time.Now()
-			if err := cmd.Run(); err != nil {
-				b.Fatal(err)
-			}
-			return throughput(time.Since(start))
+			return run(b, "rclone-cat", r, cmd, func(time.Duration) {})
 		}},
 		{"rclone-copy-mt8", func(b *testing.B, r int) sample {
 			dst := filepath.Join(e.dir, "copy-dst")
@@ -195,15 +213,11 @@ func BenchmarkSeqRead(b *testing.B) {
 			cmd := e.rcloneCmd("copy", "--multi-thread-streams", "8", "--multi-thread-cutoff", "1M",
 				"--ignore-checksum", remoteName+":big/big.bin", dst)
 			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			start := time.Now()
-			if err := cmd.Run(); err != nil {
-				b.Fatal(err)
-			}
-			took := time.Since(start)
-			if fi, err := os.Stat(filepath.Join(dst, "big.bin")); err != nil || fi.Size() != size {
-				b.Fatalf("rclone copy: %v %v", fi, err)
-			}
-			return throughput(took)
+			return run(b, "rclone-copy-mt8", r, cmd, func(time.Duration) {
+				if fi, err := os.Stat(filepath.Join(dst, "big.bin")); err != nil || fi.Size() != size {
+					b.Fatalf("rclone copy: %v %v", fi, err)
+				}
+			})
 		}},
 	})
 }

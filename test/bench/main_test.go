@@ -41,7 +41,7 @@ var (
 	flagKills    = flag.Int("bench.worker-kills", 5, "workers killed one after the other (recovery)")
 	flagRclone   = flag.String("bench.rclone", "", "a built rclone v1.76.0 to use; default: go build github.com/rclone/rclone")
 	flagBinary   = flag.String("bench.binary", "", "a built csi-rclone to use; default: go build ./cmd/csi-rclone")
-	flagVFSOpt   = flag.String("bench.vfs-opt", "", "the volumes' vfsOpt (JSON), as a tenant would set it: to try a value through the driver")
+	flagVFSOpt   = flag.String("bench.vfs-opt", "", "the volumes' vfsOpt (JSON), as a tenant would set it: to try a value through the driver; several sets separated by ';' make one variant each (csi-try-0, csi-try-1, ...), interleaved; a set VFS|MOUNT sets mountOpt too")
 	flagMountOpt = flag.String("bench.mount-opt", "", "the volumes' mountOpt (JSON)")
 	flagLogs     = flag.String("bench.logs", "", "copy the driver's and rclone's logs into this dir before the work dir is removed")
 )

@@ -18,11 +18,12 @@ import (
 var (
 	flagRounds = flag.Int("bench.rounds", 5, "rounds of the I/O benchmarks: each variant once a round, in a rotated order; they report the median and the range")
 	flagOnly   = flag.String("bench.variants", "", "regexp: run only the I/O variants it matches (rclone-cat, csi-rclone, ...)")
-	flagTry    = flag.String("bench.try", "", "rclone flags (space-separated) for the rclone-mount2-same variant on top of the driver's options, to try a default before making it one; several sets separated by ';' make one variant each (try-0, try-1, ...), interleaved")
+	flagTry    = flag.String("bench.try", "", "rclone flags (space-separated; env:NAME=VALUE sets an environment variable) for the rclone-mount2-same variant on top of the driver's options, to try a default before making it one; several sets separated by ';' make one variant each (try-0, try-1, ...), interleaved")
 )
 
-// trying is the -bench.try set of the variant that runs now.
-var trying string
+// trying is the -bench.try set of the variant that runs now, tryingVFS
+// the -bench.vfs-opt set.
+var trying, tryingVFS string
 
 // sample is one measurement of a variant: values by unit.
 type sample map[string]float64
@@ -62,6 +63,21 @@ func interleave(b *testing.B, vs []variant) {
 		}
 	} else {
 		trying = *flagTry
+	}
+	if sets := strings.Split(*flagVFSOpt, ";"); len(sets) > 1 {
+		if i := slices.IndexFunc(vs, func(v variant) bool { return v.name == "csi-rclone" }); i >= 0 {
+			csi := vs[i].run
+			for k, set := range sets {
+				vs = append(vs, variant{fmt.Sprintf("csi-try-%d", k), func(b *testing.B, r int) sample {
+					tryingVFS = set
+					defer func() { tryingVFS = "" }()
+					return csi(b, r)
+				}})
+			}
+			vs = slices.Delete(vs, i, i+1)
+		}
+	} else {
+		tryingVFS = *flagVFSOpt
 	}
 	got := make([][]sample, len(vs))
 	for r := 0; r < *flagRounds; r++ {
@@ -121,7 +137,27 @@ func driverFlags() []string {
 			out = append(out, "--"+strings.ReplaceAll(k, "_", "-")+"="+m[k])
 		}
 	}
-	return append(out, strings.Fields(trying)...)
+	for _, f := range strings.Fields(trying) {
+		if !strings.HasPrefix(f, tryEnv) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// tryEnv marks a -bench.try word that is an environment variable of the
+// rclone process, not a flag: env:GOGC=200.
+const tryEnv = "env:"
+
+// tryingEnv is the environment of the -bench.try set that runs now.
+func tryingEnv() []string {
+	var out []string
+	for _, f := range strings.Fields(trying) {
+		if v, ok := strings.CutPrefix(f, tryEnv); ok {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // forgetVolumes removes the driver's records of its volumes (after

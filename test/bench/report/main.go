@@ -83,6 +83,7 @@ func main() {
 		}
 		fmt.Println()
 		printTable(os.Stdout, res, s)
+		printCPU(os.Stdout, res, s)
 		finish(res, *plotPNG)
 		return
 	}
@@ -135,6 +136,7 @@ func main() {
 	fmt.Print(header)
 	fmt.Printf("- load average after: %s\n- wall time: %s\n- runner flags (make bench BENCHFLAGS=...): %s\n\n", loadavg(), took.Round(time.Second), argsNote())
 	printTable(os.Stdout, res, s)
+	printCPU(os.Stdout, res, s)
 	finish(res, *plotPNG)
 	if runErr != nil {
 		fmt.Fprintln(os.Stderr, "report: the benchmarks failed:", runErr)

@@ -67,3 +67,26 @@ BenchmarkScale/volumes=1-2 1 75345207 ns/op 100.0 PSS-MiB 75.35 p50-ms 75.35 p95
 		t.Fatalf("not a PNG: %v", err)
 	}
 }
+
+// The CPU table shows each read variant's CPU per GiB, and nothing when the
+// run did not measure it.
+func TestCPUTable(t *testing.T) {
+	const out = `BenchmarkSeqRead/csi-rclone-2 	1	2955430147 ns/op	 400.0 MB/s	 1.000 mount-cpu-s	 0.5000 mount-sys-s	 2.000 bench-cpu-s	 0.2500 other-cpu-s	 90.00 busy-%	 10.00 idle-%
+`
+	res, err := benchkit.Parse(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := full
+	half.fileMiB = 512
+	var b strings.Builder
+	printCPU(&b, res, half)
+	if want := "| csi-rclone (its mount worker) | 400 | 2.00 (1.00) | 4.00 | 0.50 | 90.0 | 10.0 |"; !strings.Contains(b.String(), want) {
+		t.Errorf("CPU table lacks %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	printCPU(&b, benchkit.Results{}, full)
+	if b.Len() != 0 {
+		t.Errorf("CPU table of a run without CPU figures: %q", b.String())
+	}
+}
