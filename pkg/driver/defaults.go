@@ -12,10 +12,11 @@ var (
 		// Parallel ranged GETs for a file read in order: one stream from
 		// an object store tens of ms away is bound by its latency and by
 		// what the store gives one connection, and 4 streams still left
-		// the read waiting on round trips. At most streams × chunk
-		// (64 MiB) in memory per open file, as with 4 × 16M before.
+		// the read waiting on round trips; 16M rather than 8M halves the
+		// requests, each a round trip. At most streams × chunk (128 MiB)
+		// in memory per open file, with rclone's 16M buffer_size on top.
 		"vfs_read_chunk_streams": "8",
-		"vfs_read_chunk_size":    "8M",
+		"vfs_read_chunk_size":    "16M",
 		// No MD5 of every byte read in order, checked at close: it ran
 		// inline in the one read path of a file and cost it half its CPU;
 		// a mismatch could only fail close(2), after the data was read;
