@@ -222,3 +222,26 @@ func (l Limits) checkLimit(where string, o backendOption, value string) error {
 	}
 	return nil
 }
+
+// clamp lowers a value of a bounded size or count option to its limit. For
+// the driver's own defaults only: a tenant's value above a limit is refused.
+func (l Limits) clamp(o backendOption, value string) string {
+	for _, lo := range limitedOptions {
+		if !lo.match(o.name) {
+			continue
+		}
+		switch {
+		case o.kind == kindSize && lo.size != nil:
+			var v fs.SizeSuffix
+			if max := lo.size(l); v.Set(value) == nil && max >= 0 && (v < 0 || v > max) {
+				value = max.String()
+			}
+		case o.kind == kindInt && lo.count != nil:
+			v, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+			if max := lo.count(l); err == nil && max >= 0 && (v < 0 || v > int64(max)) {
+				value = strconv.Itoa(max)
+			}
+		}
+	}
+	return value
+}

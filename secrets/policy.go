@@ -364,3 +364,18 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// FitDefault is a default of the driver's for a vfsOpt (key KeyVFSOpt) or
+// mountOpt (KeyMountOpt) option, lowered to this cluster's limit where the
+// operator set one below it. Names rclone does not know pass unchanged.
+func (p *Policy) FitDefault(key, name, value string) string {
+	opts := vfsOptions
+	if key == KeyMountOpt {
+		opts = mountOptions
+	}
+	o, ok := opts[name]
+	if !ok {
+		return value
+	}
+	return p.limits().clamp(o, value)
+}

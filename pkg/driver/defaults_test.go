@@ -78,3 +78,41 @@ func TestDefaultsWithinLimits(t *testing.T) {
 		t.Fatalf("the defaults as a tenant's options: %v", err)
 	}
 }
+
+// An operator who lowers a limit below a default lowers the default with
+// it; a tenant's own value is checked (and refused above a limit) by the
+// policy, not here.
+func TestDefaultsFitTheOperatorsLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits secrets.Limits
+		vfs    map[string]string
+		want   map[string]string
+	}{
+		{"default limits keep the defaults", secrets.Limits{},
+			nil, map[string]string{"vfs_read_chunk_streams": DefaultVFSOptions["vfs_read_chunk_streams"], "vfs_read_chunk_size": DefaultVFSOptions["vfs_read_chunk_size"], "max_read_ahead": DefaultMountOptions["max_read_ahead"]}},
+		{"lower limits lower them", secrets.Limits{Streams: 2, ChunkSize: 4 * 1024 * 1024, ReadAhead: 1024 * 1024},
+			nil, map[string]string{"vfs_read_chunk_streams": "2", "vfs_read_chunk_size": "4Mi", "max_read_ahead": "1Mi"}},
+		{"no limit keeps them", secrets.Limits{Streams: -1, ChunkSize: -1, ReadAhead: -1},
+			nil, map[string]string{"vfs_read_chunk_streams": DefaultVFSOptions["vfs_read_chunk_streams"], "max_read_ahead": DefaultMountOptions["max_read_ahead"]}},
+		{"the tenant's value stands", secrets.Limits{Streams: 2},
+			map[string]string{"vfs_read_chunk_streams": "1"}, map[string]string{"vfs_read_chunk_streams": "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &nodeServer{d: &Driver{opts: Options{Policy: secrets.Policy{Limits: tc.limits}}}}
+			vol := &secrets.Volume{VFSOpt: tc.vfs}
+			if err := s.applyOptions(vol, false, "", volumeSize{}); err != nil {
+				t.Fatal(err)
+			}
+			for k, want := range tc.want {
+				got := vol.VFSOpt[k]
+				if k == "max_read_ahead" {
+					got = vol.MountOpt[k]
+				}
+				if got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+}

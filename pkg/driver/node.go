@@ -467,7 +467,7 @@ func (s *nodeServer) chownTree(root string, uid, gid int) error {
 // request's demands (read-only access mode, volume mount group) over them.
 // A known capacity is the filesystem's size in statfs (see volumeSize).
 func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup string, size volumeSize) error {
-	vfs := maps.Clone(DefaultVFSOptions)
+	vfs := s.fitDefaults(secrets.KeyVFSOpt, DefaultVFSOptions)
 	vfs["uid"], vfs["gid"] = strconv.Itoa(s.d.opts.DefaultUID), strconv.Itoa(s.d.opts.DefaultGID)
 	sizeOpts, err := size.vfsDefaults()
 	if err != nil {
@@ -484,12 +484,23 @@ func (s *nodeServer) applyOptions(vol *secrets.Volume, readOnly bool, mountGroup
 		}
 		vfs["gid"] = mountGroup
 	}
-	mnt := maps.Clone(DefaultMountOptions)
+	mnt := s.fitDefaults(secrets.KeyMountOpt, DefaultMountOptions)
 	maps.Copy(mnt, vol.MountOpt)
 	// Pods, and the driver itself, are other users than the worker.
 	mnt["allow_other"] = "true"
 	vol.VFSOpt, vol.MountOpt = vfs, mnt
 	return nil
+}
+
+// fitDefaults is a copy of the driver's defaults, each lowered to the
+// operator's limit where that is lower (a tenant's own value above a limit
+// is refused, but the defaults are the driver's, not the tenant's).
+func (s *nodeServer) fitDefaults(key string, defaults map[string]string) map[string]string {
+	out := make(map[string]string, len(defaults))
+	for k, v := range defaults {
+		out[k] = s.d.opts.Policy.FitDefault(key, k, v)
+	}
+	return out
 }
 
 // NodeUnstageVolume drains the volume, unmounts it and stops the worker:
