@@ -49,36 +49,8 @@ func interleave(b *testing.B, vs []variant) {
 		}
 		vs = slices.DeleteFunc(slices.Clone(vs), func(v variant) bool { return !re.MatchString(v.name) })
 	}
-	if sets := strings.Split(*flagTry, ";"); len(sets) > 1 {
-		if i := slices.IndexFunc(vs, func(v variant) bool { return v.name == "rclone-mount2-same" }); i >= 0 {
-			same := vs[i].run
-			for k, set := range sets {
-				vs = append(vs, variant{fmt.Sprintf("try-%d", k), func(b *testing.B, r int) sample {
-					trying = set
-					defer func() { trying = "" }()
-					return same(b, r)
-				}})
-			}
-			vs = slices.Delete(vs, i, i+1)
-		}
-	} else {
-		trying = *flagTry
-	}
-	if sets := strings.Split(*flagVFSOpt, ";"); len(sets) > 1 {
-		if i := slices.IndexFunc(vs, func(v variant) bool { return v.name == "csi-rclone" }); i >= 0 {
-			csi := vs[i].run
-			for k, set := range sets {
-				vs = append(vs, variant{fmt.Sprintf("csi-try-%d", k), func(b *testing.B, r int) sample {
-					tryingVFS = set
-					defer func() { tryingVFS = "" }()
-					return csi(b, r)
-				}})
-			}
-			vs = slices.Delete(vs, i, i+1)
-		}
-	} else {
-		tryingVFS = *flagVFSOpt
-	}
+	vs = expandTries(vs, *flagTry, "rclone-mount2-same", "try-", &trying)
+	vs = expandTries(vs, *flagVFSOpt, "csi-rclone", "csi-try-", &tryingVFS)
 	got := make([][]sample, len(vs))
 	for r := 0; r < *flagRounds; r++ {
 		for k := range vs {
@@ -172,4 +144,28 @@ func (e *env) forgetVolumes(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// expandTries puts, for a flag value of several ";"-separated sets, one
+// variant per set (prefix0, prefix1, ...) in place of the variant named
+// base, each running it with *setting = its set; one set is just set.
+func expandTries(vs []variant, flag, base, prefix string, setting *string) []variant {
+	sets := strings.Split(flag, ";")
+	if len(sets) < 2 {
+		*setting = flag
+		return vs
+	}
+	i := slices.IndexFunc(vs, func(v variant) bool { return v.name == base })
+	if i < 0 {
+		return vs
+	}
+	run := vs[i].run
+	for k, set := range sets {
+		vs = append(vs, variant{fmt.Sprintf("%s%d", prefix, k), func(b *testing.B, r int) sample {
+			*setting = set
+			defer func() { *setting = "" }()
+			return run(b, r)
+		}})
+	}
+	return slices.Delete(vs, i, i+1)
 }
