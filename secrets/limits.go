@@ -234,7 +234,7 @@ func (l Limits) clamp(o backendOption, value string) string {
 		case o.kind == kindSize && lo.size != nil:
 			var v fs.SizeSuffix
 			if max := lo.size(l); v.Set(value) == nil && max >= 0 && (v < 0 || v > max) {
-				value = max.String()
+				value = exactSize(max)
 			}
 		case o.kind == kindInt && lo.count != nil:
 			v, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
@@ -245,3 +245,8 @@ func (l Limits) clamp(o backendOption, value string) string {
 	}
 	return value
 }
+
+// exactSize writes a size as rclone reads it back exactly: in bytes.
+// fs.SizeSuffix.String rounds ("4.000Mi"), and a bare number is KiB to
+// rclone.
+func exactSize(s fs.SizeSuffix) string { return strconv.FormatInt(int64(s), 10) + "B" }

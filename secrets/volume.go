@@ -175,7 +175,7 @@ func Build(ctx context.Context, src Source, policy *Policy, dec Decrypter) (*Vol
 		if vfsOpt == nil {
 			vfsOpt = map[string]string{}
 		}
-		vfsOpt["vfs_cache_max_size"] = policy.limits().DefaultCacheSize.String()
+		vfsOpt["vfs_cache_max_size"] = exactSize(policy.limits().DefaultCacheSize)
 	}
 	return &Volume{Config: cfg, Remote: remote, Path: remotePath, VFSOpt: vfsOpt, MountOpt: mountOpt, Secrets: secretValues}, nil
 }

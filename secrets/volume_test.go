@@ -152,7 +152,7 @@ func TestParse(t *testing.T) {
 				wantVFS = map[string]string{}
 			}
 			if _, ok := wantVFS["vfs_cache_max_size"]; !ok {
-				wantVFS["vfs_cache_max_size"] = "5Gi" // every volume gets a bounded cache
+				wantVFS["vfs_cache_max_size"] = "5368709120B" // every volume gets a bounded cache
 			}
 			if !maps.Equal(v.VFSOpt, wantVFS) {
 				t.Errorf("VFSOpt = %v, want %v", v.VFSOpt, wantVFS)

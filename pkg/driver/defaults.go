@@ -20,8 +20,9 @@ var (
 		// No MD5 of every byte read in order, checked at close: it ran
 		// inline in the one read path of a file and cost it half its CPU;
 		// a mismatch could only fail close(2), after the data was read;
-		// and S3's multipart objects have no MD5 to check against. TCP and
-		// TLS guard the transfer. A volume sets it to false to keep it.
+		// and S3 objects uploaded in parts by tools other than rclone have
+		// no MD5 to check against. TLS guards the transfer (SECURITY.md:
+		// plain HTTP does not). A volume sets it to false to keep it.
 		"no_checksum": "true",
 	}
 	DefaultMountOptions = map[string]string{

@@ -91,8 +91,8 @@ func TestDefaultsFitTheOperatorsLimits(t *testing.T) {
 	}{
 		{"default limits keep the defaults", secrets.Limits{},
 			nil, map[string]string{"vfs_read_chunk_streams": DefaultVFSOptions["vfs_read_chunk_streams"], "vfs_read_chunk_size": DefaultVFSOptions["vfs_read_chunk_size"], "max_read_ahead": DefaultMountOptions["max_read_ahead"]}},
-		{"lower limits lower them", secrets.Limits{Streams: 2, ChunkSize: 4 * 1024 * 1024, ReadAhead: 1024 * 1024},
-			nil, map[string]string{"vfs_read_chunk_streams": "2", "vfs_read_chunk_size": "4Mi", "max_read_ahead": "1Mi"}},
+		{"lower limits lower them", secrets.Limits{Streams: 2, ChunkSize: 4 << 20, ReadAhead: 1 << 20},
+			nil, map[string]string{"vfs_read_chunk_streams": "2", "vfs_read_chunk_size": "4194304B", "max_read_ahead": "1048576B"}},
 		{"no limit keeps them", secrets.Limits{Streams: -1, ChunkSize: -1, ReadAhead: -1},
 			nil, map[string]string{"vfs_read_chunk_streams": DefaultVFSOptions["vfs_read_chunk_streams"], "max_read_ahead": DefaultMountOptions["max_read_ahead"]}},
 		{"the tenant's value stands", secrets.Limits{Streams: 2},

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/rclone/rclone/lib/ranges"
@@ -59,6 +60,31 @@ func walkCache(cacheDir string, fn func(e *cacheEntry) error) error {
 // dirty, or with metadata cut short (which repairCacheMetadata marks dirty).
 func (e *cacheEntry) notUploaded() bool {
 	return e.data != nil && (!e.parsed || e.info.Dirty)
+}
+
+// diskBytes is what the entry's data file takes on disk: cache files are
+// sparse, holding what was read or written.
+func (e *cacheEntry) diskBytes() int64 {
+	if e.data == nil {
+		return 0
+	}
+	if sys, ok := e.data.Sys().(*syscall.Stat_t); ok {
+		return sys.Blocks * 512
+	}
+	return e.data.Size()
+}
+
+// notUploadedBytes is what the files of a cache dir not uploaded yet take
+// on disk: what rclone cannot evict to make room.
+func notUploadedBytes(cacheDir string) (int64, error) {
+	var n int64
+	err := walkCache(cacheDir, func(e *cacheEntry) error {
+		if e.notUploaded() {
+			n += e.diskBytes()
+		}
+		return nil
+	})
+	return n, err
 }
 
 // repairCacheMetadata makes a cache dir that a killed worker left safe to

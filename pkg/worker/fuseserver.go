@@ -8,7 +8,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/rclone/rclone/cmd/mount2"
 	"github.com/rclone/rclone/cmd/mountlib"
-	"github.com/rclone/rclone/fs/rc"
 	"github.com/rclone/rclone/vfs"
 	"github.com/rclone/rclone/vfs/vfscommon"
 )
@@ -20,7 +19,8 @@ import (
 // kernel and rclone's nodes sits handleFS, which counts the files open on
 // the mount and bounds the free space statfs shows.
 type fuseServer struct {
-	open atomic.Int64 // files the kernel holds open: OPEN/CREATE minus RELEASE
+	open     atomic.Int64 // files the kernel holds open: OPEN/CREATE minus RELEASE
+	cacheDir string       // the volume's VFS cache dir
 }
 
 // OpenFiles is the number of file handles the kernel holds on the mount: one
@@ -49,14 +49,23 @@ func (s *fuseServer) mountFn(v *vfs.VFS, mountpoint string, opt *mountlib.Option
 		UID:          v.Opt.UID,
 		GID:          v.Opt.GID,
 	}
-	raw := &handleFS{RawFileSystem: fusefs.NewNodeFS(root, &opts), open: &s.open, cacheFree: cacheFreeOf(v)}
+	raw := &handleFS{RawFileSystem: fusefs.NewNodeFS(root, &opts), open: &s.open}
+	room := newCacheRoom(v, s.cacheDir)
+	if room != nil {
+		raw.cacheFree = room.get
+	}
 	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, nil, "", err
 	}
 	errs := make(chan error, 1)
+	served := make(chan struct{})
+	if room != nil {
+		go room.run(served)
+	}
 	go func() {
 		server.Serve()
+		close(served)
 		errs <- nil
 	}()
 	if err := server.WaitMount(); err != nil {
@@ -99,25 +108,57 @@ func goFuseOptions(v *vfs.VFS, opt *mountlib.Options) fuse.MountOptions {
 	return o
 }
 
-// cacheFreeOf says what the VFS cache can still take, for a volume that has
-// a size (vfs_disk_space_total_size) on a backend that cannot say its free
-// space (no About, and no vfs_used_is_size walk): there rclone reports free
-// = total, whatever the cache holds. Nil where rclone's own figure stands.
-func cacheFreeOf(v *vfs.VFS) func() (int64, bool) {
+// cacheRoom is what the VFS cache can still take for a volume that has a
+// size (vfs_disk_space_total_size) on a backend that cannot say its free
+// space (no About, no vfs_used_is_size walk), where rclone reports free =
+// total whatever the cache holds: the cache limit minus what the cache holds
+// not uploaded yet (rclone evicts the rest when it needs room). It is
+// sampled off the FUSE path: a statfs must not wait on the cache's locks,
+// which rclone holds across listings and evictions, for statfs is how the
+// driver tells a live mount from a dead one.
+type cacheRoom struct {
+	limit int64
+	dir   string
+	every time.Duration
+	free  atomic.Int64 // -1 until the first sample
+}
+
+// roomSample bounds how stale the figure gets: what a pod just wrote shows
+// within it.
+const roomSample = 10 * time.Second
+
+// newCacheRoom is nil where rclone's own figure stands.
+func newCacheRoom(v *vfs.VFS, cacheDir string) *cacheRoom {
 	o := v.Opt
-	if v.Fs().Features().About != nil || o.UsedIsSize || o.DiskSpaceTotalSize < 0 ||
+	if cacheDir == "" || v.Fs().Features().About != nil || o.UsedIsSize || o.DiskSpaceTotalSize < 0 ||
 		o.CacheMode == vfscommon.CacheModeOff || o.CacheMaxSize <= 0 {
 		return nil
 	}
-	limit := int64(o.CacheMaxSize)
-	return func() (int64, bool) {
-		cache, ok := v.Stats()["diskCache"].(rc.Params)
-		if !ok {
-			return 0, false
+	r := &cacheRoom{limit: int64(o.CacheMaxSize), dir: cacheDir, every: min(roomSample, max(time.Second, time.Duration(o.CachePollInterval)))}
+	r.free.Store(-1)
+	return r
+}
+
+// run samples until done is closed.
+func (r *cacheRoom) run(done <-chan struct{}) {
+	t := time.NewTicker(r.every)
+	defer t.Stop()
+	for {
+		if n, err := notUploadedBytes(r.dir); err == nil {
+			r.free.Store(max(0, r.limit-n))
 		}
-		// rclone's cleaner updates the count once per vfs_cache_poll_interval.
-		return max(0, limit-asInt64(cache["bytesUsed"])), true
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
 	}
+}
+
+// get is the last sample, if there is one.
+func (r *cacheRoom) get() (int64, bool) {
+	f := r.free.Load()
+	return f, f >= 0
 }
 
 // handleFS is go-fuse's raw file system around rclone's nodes, counting the
@@ -126,7 +167,7 @@ type handleFS struct {
 	fuse.RawFileSystem
 	open *atomic.Int64
 	// cacheFree, when set, says how much more the VFS cache can take: the
-	// free space of a volume whose backend cannot say its own.
+	// free space of a volume whose backend cannot say its own (cacheRoom).
 	cacheFree func() (int64, bool)
 }
 
@@ -149,8 +190,8 @@ func (h *handleFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string
 // Release comes once per successful OPEN or CREATE, when the last file
 // descriptor (or mapping) of that open is gone.
 func (h *handleFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	defer h.open.Add(-1) // go-fuse recovers a panicking handler
 	h.RawFileSystem.Release(cancel, in)
-	h.open.Add(-1)
 }
 
 func (h *handleFS) StatFs(cancel <-chan struct{}, in *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {

@@ -208,7 +208,7 @@ func mount(ctx context.Context, spec *Spec) (*mounted, error) {
 	}
 
 	uploadLeftovers(ctx, f, &vfsOpt, spec.CacheDir)
-	srv := &fuseServer{}
+	srv := &fuseServer{cacheDir: spec.CacheDir}
 	mnt := mountlib.NewMountPoint(srv.mountFn, spec.MountPoint, f, &mountOpt, &vfsOpt)
 	if _, err := mnt.Mount(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMount, err)

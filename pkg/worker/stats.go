@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rclone/rclone/fs/accounting"
@@ -180,13 +179,7 @@ func cacheUsage(cacheDir string, st *Stats) error {
 		if e.notUploaded() {
 			st.Dirty++
 		}
-		if e.data != nil {
-			if sys, ok := e.data.Sys().(*syscall.Stat_t); ok {
-				st.CacheBytes += sys.Blocks * 512
-			} else {
-				st.CacheBytes += e.data.Size()
-			}
-		}
+		st.CacheBytes += e.diskBytes()
 		return nil
 	})
 }
