@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/csi-rclone/csi-rclone/test/bench/benchkit"
 )
 
@@ -236,11 +238,19 @@ func BenchmarkSeqWrite(b *testing.B) {
 	})
 	object := func(name string) string { return e.s3.Object("big", name) }
 
-	writeAndSync := func(b *testing.B, dir, name string) sample {
+	writeAndSync := func(b *testing.B, label string, r int, pids []int, dir, name string) sample {
 		path := filepath.Join(dir, name)
-		start := time.Now()
-		within(b, ioTimeout, "writing "+path, func() error { return writeFileOf(path, size) })
-		closed := time.Since(start)
+		// The last round's data (cache file, object) may still be going to
+		// disk: each variant starts with none in flight.
+		unix.Sync()
+		var start time.Time
+		var closed time.Duration
+		cpu := withCPU(b, label, r, pids, func() sample { return sample{} }, func() benchkit.ProcCPU {
+			start = time.Now()
+			within(b, ioTimeout, "writing "+path, func() error { return writeFileOf(path, size) })
+			closed = time.Since(start)
+			return benchkit.ProcCPU{}
+		})
 		deadline := time.Now().Add(uploadTimeout)
 		for {
 			if fi, err := os.Stat(object(name)); err == nil && fi.Size() == size {
@@ -255,7 +265,8 @@ func BenchmarkSeqWrite(b *testing.B) {
 		// Delete it through the mount, as a user would, and make sure.
 		within(b, ioTimeout, "removing "+path, func() error { return os.Remove(path) })
 		_ = os.Remove(object(name))
-		return sample{"MB/s": mbps(size, closed), "s": closed.Seconds(), "synced-MB/s": mbps(size, synced), "synced-s": synced.Seconds()}
+		cpu["MB/s"], cpu["s"], cpu["synced-MB/s"], cpu["synced-s"] = mbps(size, closed), closed.Seconds(), mbps(size, synced), synced.Seconds()
+		return cpu
 	}
 
 	interleave(b, []variant{
@@ -263,17 +274,22 @@ func BenchmarkSeqWrite(b *testing.B) {
 			e.startDriver(b)
 			defer e.forgetVolumes(b)
 			defer e.stopDriver()
-			return writeAndSync(b, e.publishOne(b, "big", r), "written-by-csi-rclone.bin")
+			target := e.publishOne(b, "big", r)
+			var workers []int
+			for _, ps := range e.workerPIDs() {
+				workers = append(workers, ps...)
+			}
+			return writeAndSync(b, "csi-rclone", r, workers, target, "written-by-csi-rclone.bin")
 		}},
 		{"rclone-mount2-same", func(b *testing.B, r int) sample {
 			defer e.unmountAll()
 			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain-same"), "mount2", driverFlags()...)
-			return writeAndSync(b, m.path, "written-by-rclone-mount2-same.bin")
+			return writeAndSync(b, "rclone-mount2-same", r, []int{m.pid}, m.path, "written-by-rclone-mount2-same.bin")
 		}},
 		{"rclone-mount2", func(b *testing.B, r int) sample {
 			defer e.unmountAll()
 			m, _ := e.rcloneMount(b, "big", filepath.Join(e.dir, "plain"), "mount2")
-			return writeAndSync(b, m.path, "written-by-rclone-mount2.bin")
+			return writeAndSync(b, "rclone-mount2", r, []int{m.pid}, m.path, "written-by-rclone-mount2.bin")
 		}},
 		{"rclone-rcat", func(b *testing.B, r int) sample {
 			cmd := e.rcloneCmd("rcat", remoteName+":big/rcat.bin")
