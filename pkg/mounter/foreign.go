@@ -38,7 +38,10 @@ import (
 // ForeignMount is a mount in another mount namespace, as the processes of
 // that namespace see it.
 type ForeignMount struct {
-	PID       int    // a process of the namespace
+	// PIDs are processes of the namespace that see the mount, lowest
+	// first (a container's first process lives longest): the helper enters
+	// by the first of them still there, as any may exit meanwhile.
+	PIDs      []int
 	Namespace uint64 // the namespace's inode number
 	// Layers are the IDs of the volume's mounts stacked at MountPoint, top
 	// first (a repair that propagated there stacked one on another), and
@@ -75,7 +78,7 @@ func ForeignMounts(procDir string, devices map[string]bool, root string) ([]Fore
 	}
 	eligible := map[uint64]bool{self: false}
 	type view struct{ ns, rootDev, rootIno uint64 }
-	seenView := map[view]bool{}
+	seenView := map[view][]int{} // the view's mounts, by index in out
 	type mountKey struct {
 		ns uint64
 		id int
@@ -108,26 +111,39 @@ func ForeignMounts(procDir string, devices map[string]bool, root string) ([]Fore
 			continue
 		}
 		v := view{ns, st.Dev, st.Ino}
-		if seenView[v] {
+		if mounts, seen := seenView[v]; seen {
+			for _, i := range mounts {
+				out[i].PIDs = append(out[i].PIDs, pid)
+			}
 			continue
 		}
-		seenView[v] = true
 		infos, err := mount.ParseMountInfo(filepath.Join(dir, "mountinfo"))
 		if err != nil {
 			continue // exited, or a kernel thread
 		}
+		var mounts []int
 		for _, fm := range uncovered(infos, devices, root) {
 			k := mountKey{ns, fm.Layers[0]}
 			if seenMount[k] {
 				continue
 			}
 			seenMount[k] = true
-			fm.PID, fm.Namespace = pid, ns
+			fm.PIDs, fm.Namespace = []int{pid}, ns
+			mounts = append(mounts, len(out))
 			out = append(out, fm)
 		}
+		seenView[v] = mounts
+	}
+	for i := range out {
+		slices.Sort(out[i].PIDs) // /proc lists them as names, not numbers
+		out[i].PIDs = out[i].PIDs[:min(len(out[i].PIDs), maxEntryPIDs)]
 	}
 	return out, nil
 }
+
+// maxEntryPIDs bounds the processes a helper may try to enter a namespace
+// by: a container of thousands keeps its spec small.
+const maxEntryPIDs = 16
 
 // ownedBy says whether the namespace at nsPath belongs to the user
 // namespace whose inode is userNS.
@@ -346,27 +362,16 @@ func replaceForeign(spec replaceSpec, from int) error {
 	if err != nil {
 		return err
 	}
-	// The process's directory pins it: if the pid is reused meanwhile,
-	// these opens fail rather than reach another process.
-	pdir, err := unix.Openat(proc, strconv.Itoa(fm.PID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("process %d: %w", fm.PID, err)
+	var root, ns int
+	var errs []error
+	for _, pid := range fm.PIDs {
+		if root, ns, err = enterBy(spec.Proc, proc, pid, fm.Namespace); err == nil {
+			break
+		}
+		errs = append(errs, err)
 	}
-	root, err := unix.Openat(pdir, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("root of process %d: %w", fm.PID, err)
-	}
-	ns, err := unix.Openat(pdir, "ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("mount namespace of process %d: %w", fm.PID, err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(ns, &st); err != nil || st.Ino != fm.Namespace {
-		return fmt.Errorf("process %d left mount namespace %d", fm.PID, fm.Namespace)
-	}
-	self, err := nsInode(filepath.Join(spec.Proc, "self"), "user")
-	if err != nil || !ownedBy(fmt.Sprintf("%s/%d/ns/mnt", spec.Proc, fm.PID), self) {
-		return fmt.Errorf("mount namespace %d belongs to another user namespace", fm.Namespace)
+	if err != nil || len(fm.PIDs) == 0 {
+		return fmt.Errorf("no process left to enter mount namespace %d by: %w", fm.Namespace, errors.Join(errs...))
 	}
 
 	// setns(CLONE_NEWNS) wants a thread that shares no fs_struct.
@@ -382,6 +387,41 @@ func replaceForeign(spec replaceSpec, from int) error {
 		return err
 	}
 	return replaceHere(root, fm, devices, clone)
+}
+
+// enterBy opens the root and the mount namespace of process pid, which
+// must still be in namespace ns, one that the node's user namespace owns.
+// The fds hold both once the process exits.
+func enterBy(procPath string, proc, pid int, ns uint64) (root, nsFD int, err error) {
+	// The process's directory pins it: if the pid is reused meanwhile,
+	// these opens fail rather than reach another process.
+	pdir, err := unix.Openat(proc, strconv.Itoa(pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("process %d: %w", pid, err)
+	}
+	defer unix.Close(pdir)
+	root, err = unix.Openat(pdir, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("root of process %d: %w", pid, err)
+	}
+	nsFD, err = unix.Openat(pdir, "ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(root)
+		return -1, -1, fmt.Errorf("mount namespace of process %d: %w", pid, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(nsFD, &st); err != nil || st.Ino != ns {
+		unix.Close(root)
+		unix.Close(nsFD)
+		return -1, -1, fmt.Errorf("process %d left mount namespace %d", pid, ns)
+	}
+	self, err := nsInode(filepath.Join(procPath, "self"), "user")
+	if err != nil || !ownedBy(fmt.Sprintf("%s/%d/ns/mnt", procPath, pid), self) {
+		unix.Close(root)
+		unix.Close(nsFD)
+		return -1, -1, fmt.Errorf("mount namespace %d belongs to another user namespace", ns)
+	}
+	return root, nsFD, nil
 }
 
 // replaceHere runs in fm's namespace, its cwd the helper's /proc; root is
@@ -534,7 +574,7 @@ func (m *Mounter) ReplaceSubpathBind(ctx context.Context, b SubpathBind, source 
 	n := 0
 	for _, fm := range found {
 		if err := ReplaceForeign(ctx, m.proc, fm, devices, from); err != nil {
-			errs = append(errs, fmt.Errorf("process %d: %w", fm.PID, err))
+			errs = append(errs, fmt.Errorf("mount namespace %d: %w", fm.Namespace, err))
 			continue
 		}
 		n++

@@ -112,7 +112,7 @@ func TestReplaceForeign(t *testing.T) {
 	must(t, err)
 	var fm *ForeignMount
 	for i := range found {
-		if found[i].PID == pid && found[i].MountPoint == ctr {
+		if slices.Contains(found[i].PIDs, pid) && found[i].MountPoint == ctr {
 			fm = &found[i]
 		}
 	}
@@ -141,6 +141,16 @@ func TestReplaceForeign(t *testing.T) {
 	if err := ReplaceForeign(context.Background(), "/proc", *fm, map[string]bool{"1:2": true}, from); err == nil {
 		t.Error("replaced a mount of another device")
 	}
+	// The process found may have exited, or be another namespace's by now:
+	// the helper enters by the next one; with none left it refuses.
+	gone := exec.Command("true")
+	must(t, gone.Run())
+	none := *fm
+	none.PIDs = []int{gone.Process.Pid}
+	if err := ReplaceForeign(context.Background(), "/proc", none, devices, from); err == nil {
+		t.Error("replaced through a process that is gone")
+	}
+	fm.PIDs = append([]int{gone.Process.Pid, os.Getpid()}, fm.PIDs...)
 	must(t, ReplaceForeign(context.Background(), "/proc", *fm, devices, from))
 	if got, err := enter("cat", filepath.Join(ctr, "f")); err != nil || got != "new" {
 		t.Fatalf("container reads %q %v after the replacement", got, err)
@@ -180,7 +190,7 @@ func TestForeignMountsSkipsUserNamespaces(t *testing.T) {
 	found, err := ForeignMounts("/proc", map[string]bool{fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)): true}, "/sub")
 	must(t, err)
 	for _, fm := range found {
-		if fm.PID == pid {
+		if slices.Contains(fm.PIDs, pid) {
 			t.Errorf("found the tenant's own mount in its user namespace: %+v", fm)
 		}
 	}
