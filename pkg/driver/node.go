@@ -49,6 +49,11 @@ type stagedVolume struct {
 	failures  int       // deaths and failed mounts in a row, for backoff
 	// For the per-volume metrics (volume_metrics.go).
 	recoveries, restarts int
+
+	// Guarded by the volume's lock: copies in pods of subPath binds that
+	// were replaced, which a replacement could not reach; repairTargets
+	// tries them again.
+	staleCopies []mounter.StaleCopies
 }
 
 type nodeServer struct {

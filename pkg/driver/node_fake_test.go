@@ -27,6 +27,10 @@ type fakeMounts struct {
 	subpaths     map[string][]mounter.SubpathBind
 	replaceFails int
 	replaces     int
+	// copiesFail: the first replacements of a bind's copies in pods that
+	// fail (the bind itself is replaced); copies counts the retries.
+	copiesFail int
+	copies     int
 }
 
 type fakeMount struct {
@@ -125,7 +129,24 @@ func (f *fakeMounts) ReplaceSubpathBind(_ context.Context, b mounter.SubpathBind
 	if fail {
 		return 0, errors.New("helper timed out")
 	}
-	return 1, f.Bind(filepath.Join(source, b.Root), b.Path, b.ReadOnly)
+	if err := f.Bind(filepath.Join(source, b.Root), b.Path, b.ReadOnly); err != nil {
+		return 0, err
+	}
+	c := mounter.StaleCopies{Path: b.Path, Root: b.Root}
+	if _, err := f.ReplaceCopies(context.Background(), c); err != nil {
+		return 0, &mounter.CopiesLeftError{Copies: c, Err: err}
+	}
+	return 1, nil
+}
+
+func (f *fakeMounts) ReplaceCopies(_ context.Context, c mounter.StaleCopies) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.copies++
+	if f.copies <= f.copiesFail {
+		return 0, errors.New("process gone")
+	}
+	return 1, nil
 }
 
 func (f *fakeMounts) replaceCalls() int {

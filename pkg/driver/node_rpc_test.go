@@ -398,3 +398,56 @@ func TestSubpathRepairIsRetried(t *testing.T) {
 		t.Errorf("%d workers started, want 2: a retry must not mount again", n)
 	}
 }
+
+// A replaced subPath bind whose copy in a pod could not be replaced (the
+// process entered by was gone) is tried again, though the bind at its own
+// path is alive by then; a retry does not replace the bind again.
+func TestStaleSubpathCopiesAreRetried(t *testing.T) {
+	f := newFakeNode(t)
+	ctx := context.Background()
+	if err := f.stage(ctx, "vol", rwo); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.publish(ctx, "vol", "pod", false); err != nil {
+		t.Fatal(err)
+	}
+	target := f.targetPath("pod", "vol")
+	bind := mounter.SubpathBind{Path: filepath.Join(f.dir, "pods", "pod", "volume-subpaths", "vol", "app", "0"), Root: "/sub", Unlinked: true}
+	f.mounts.mu.Lock()
+	f.mounts.subpaths = map[string][]mounter.SubpathBind{target: {bind}}
+	f.mounts.copiesFail = 2
+	f.mounts.mu.Unlock()
+	f.mounts.set(bind.Path, &fakeMount{dead: true})
+
+	f.mu.Lock()
+	w := f.started[len(f.started)-1]
+	f.mu.Unlock()
+	w.Kill()
+	f.mounts.set(target, &fakeMount{dead: true})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		f.mounts.mu.Lock()
+		copies := f.mounts.copies
+		f.mounts.mu.Unlock()
+		if copies >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the copies were tried %d times, want 3 (two failed, one retried)", copies)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := f.mounts.replaceCalls(); n != 1 {
+		t.Errorf("the bind was replaced %d times, want once", n)
+	}
+	for !f.nodeServer.locks.tryAcquire("vol") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	defer f.nodeServer.locks.release("vol")
+	f.nodeServer.mu.Lock()
+	v := f.nodeServer.volumes["vol"]
+	f.nodeServer.mu.Unlock()
+	if len(v.staleCopies) != 0 {
+		t.Errorf("copies still pending after a retry that succeeded: %+v", v.staleCopies)
+	}
+}

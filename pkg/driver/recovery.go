@@ -171,7 +171,32 @@ func (s *nodeServer) repairTargets(v *stagedVolume) (repaired int, incomplete bo
 			incomplete = true
 		}
 	}
+	if !s.replaceStaleCopies(v) {
+		incomplete = true
+	}
 	return repaired, incomplete
+}
+
+// replaceStaleCopies tries again the copies in pods of replaced subPath
+// binds that their replacement did not reach, and forgets those done or
+// whose bind is gone. ok says none is left.
+func (s *nodeServer) replaceStaleCopies(v *stagedVolume) (ok bool) {
+	var left []mounter.StaleCopies
+	for _, c := range v.staleCopies {
+		n, err := s.m.ReplaceCopies(context.Background(), c)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			klog.InfoS("subPath bind is gone; forgetting its copies", "volumeID", v.id, "subPathMount", c.Path)
+		case err != nil:
+			klog.ErrorS(err, "replacing copies of a subPath bind; the containers not reached must be restarted",
+				"volumeID", v.id, "subPathMount", c.Path, "subPath", c.Root, "containerMountsReplaced", n)
+			left = append(left, c)
+		default:
+			klog.InfoS("subPath copies replaced", "volumeID", v.id, "subPathMount", c.Path, "containerMountsReplaced", n)
+		}
+	}
+	v.staleCopies = left
+	return len(left) == 0
 }
 
 // repairAgain retries, with backoff, the repairs of v's subPath binds that
@@ -265,6 +290,9 @@ func (s *nodeServer) repairSubpaths(v *stagedVolume, target string) (ok bool) {
 			// Bounded: each container's copy is replaced by a helper
 			// process killed after mounter.ReplaceTimeout.
 			n, err := s.m.ReplaceSubpathBind(context.Background(), b, v.stagingPath)
+			if left := (*mounter.CopiesLeftError)(nil); errors.As(err, &left) {
+				v.staleCopies = append(v.staleCopies, left.Copies)
+			}
 			if err != nil {
 				klog.ErrorS(err, "replacing a subPath bind; the containers not reached must be restarted",
 					"volumeID", v.id, "subPathMount", b.Path, "subPath", b.Root, "containerMountsReplaced", n)

@@ -25,6 +25,7 @@ type mountTable interface {
 	UnmountAndRemove(path string) error
 	SubpathBinds(target string) ([]mounter.SubpathBind, error)
 	ReplaceSubpathBind(ctx context.Context, b mounter.SubpathBind, source string) (int, error)
+	ReplaceCopies(ctx context.Context, c mounter.StaleCopies) (int, error)
 }
 
 // mountWorker is one volume's running worker: *worker.Process, or a

@@ -561,19 +561,51 @@ func (m *Mounter) ReplaceSubpathBind(ctx context.Context, b SubpathBind, source 
 	if err := m.BindSubdir(source, b.Root, b.Path, b.ReadOnly); err != nil {
 		return 0, err
 	}
-	from, err := unix.Open(b.Path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	c := StaleCopies{Path: b.Path, Root: b.Root, Devices: devices}
+	n, err := m.ReplaceCopies(ctx, c)
 	if err != nil {
-		return 0, err
+		return n, &CopiesLeftError{Copies: c, Err: err}
+	}
+	return n, nil
+}
+
+// StaleCopies are the copies, in pods' mount namespaces, of a subPath bind
+// that was replaced at Path: mounts of the volume's Root that show one of
+// Devices, the dead ones.
+type StaleCopies struct {
+	Path, Root string
+	Devices    map[string]bool
+}
+
+// CopiesLeftError says that ReplaceSubpathBind replaced the bind at its
+// path but not each copy of it: Copies, for ReplaceCopies to try again.
+// The dead copies no longer match the bind's path, which is alive.
+type CopiesLeftError struct {
+	Copies StaleCopies
+	Err    error
+}
+
+func (e *CopiesLeftError) Error() string { return e.Err.Error() }
+func (e *CopiesLeftError) Unwrap() error { return e.Err }
+
+// ReplaceCopies replaces every copy c names that is still there by a clone
+// of what c.Path is now (ReplaceForeign). It returns how many it replaced;
+// an error for one does not stop the others. A path that is gone (the pod
+// was deleted) is an os.ErrNotExist.
+func (m *Mounter) ReplaceCopies(ctx context.Context, c StaleCopies) (int, error) {
+	from, err := unix.Open(c.Path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: c.Path, Err: err}
 	}
 	defer unix.Close(from)
-	found, err := ForeignMounts(m.proc, devices, b.Root)
+	found, err := ForeignMounts(m.proc, c.Devices, c.Root)
 	if err != nil {
 		return 0, fmt.Errorf("looking for copies in other mount namespaces: %w", err)
 	}
 	var errs []error
 	n := 0
 	for _, fm := range found {
-		if err := ReplaceForeign(ctx, m.proc, fm, devices, from); err != nil {
+		if err := ReplaceForeign(ctx, m.proc, fm, c.Devices, from); err != nil {
 			errs = append(errs, fmt.Errorf("mount namespace %d: %w", fm.Namespace, err))
 			continue
 		}
