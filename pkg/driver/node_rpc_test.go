@@ -360,27 +360,7 @@ func TestNodeRPCEdgeCases(t *testing.T) {
 // a worker's death (a pod's namespace not entered in time) is tried again
 // until it works, while the same worker serves the volume.
 func TestSubpathRepairIsRetried(t *testing.T) {
-	f := newFakeNode(t)
-	ctx := context.Background()
-	if err := f.stage(ctx, "vol", rwo); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.publish(ctx, "vol", "pod", false); err != nil {
-		t.Fatal(err)
-	}
-	target := f.targetPath("pod", "vol")
-	bind := mounter.SubpathBind{Path: filepath.Join(f.dir, "pods", "pod", "volume-subpaths", "vol", "app", "0"), Root: "/sub", Unlinked: true}
-	f.mounts.mu.Lock()
-	f.mounts.subpaths = map[string][]mounter.SubpathBind{target: {bind}}
-	f.mounts.replaceFails = 1
-	f.mounts.mu.Unlock()
-	f.mounts.set(bind.Path, &fakeMount{dead: true})
-
-	f.mu.Lock()
-	w := f.started[len(f.started)-1]
-	f.mu.Unlock()
-	w.Kill() // the worker dies: its mounts with it
-	f.mounts.set(target, &fakeMount{dead: true})
+	f, bind := deadSubpathPod(t, func(m *fakeMounts) { m.replaceFails = 1 })
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if st, _ := f.mounts.Check(bind.Path); st == mounter.Mounted {
@@ -403,27 +383,7 @@ func TestSubpathRepairIsRetried(t *testing.T) {
 // process entered by was gone) is tried again, though the bind at its own
 // path is alive by then; a retry does not replace the bind again.
 func TestStaleSubpathCopiesAreRetried(t *testing.T) {
-	f := newFakeNode(t)
-	ctx := context.Background()
-	if err := f.stage(ctx, "vol", rwo); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.publish(ctx, "vol", "pod", false); err != nil {
-		t.Fatal(err)
-	}
-	target := f.targetPath("pod", "vol")
-	bind := mounter.SubpathBind{Path: filepath.Join(f.dir, "pods", "pod", "volume-subpaths", "vol", "app", "0"), Root: "/sub", Unlinked: true}
-	f.mounts.mu.Lock()
-	f.mounts.subpaths = map[string][]mounter.SubpathBind{target: {bind}}
-	f.mounts.copiesFail = 2
-	f.mounts.mu.Unlock()
-	f.mounts.set(bind.Path, &fakeMount{dead: true})
-
-	f.mu.Lock()
-	w := f.started[len(f.started)-1]
-	f.mu.Unlock()
-	w.Kill()
-	f.mounts.set(target, &fakeMount{dead: true})
+	f, _ := deadSubpathPod(t, func(m *fakeMounts) { m.copiesFail = 2 })
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		f.mounts.mu.Lock()
@@ -450,4 +410,34 @@ func TestStaleSubpathCopiesAreRetried(t *testing.T) {
 	if len(v.staleCopies) != 0 {
 		t.Errorf("copies still pending after a retry that succeeded: %+v", v.staleCopies)
 	}
+}
+
+// deadSubpathPod stages volume "vol" and publishes it to "pod", whose
+// container has a subPath bind that stacking cannot repair (its dentry
+// dropped), lets fail set the mounter's failures, and kills the worker:
+// the target and the bind are dead, and recovery begins.
+func deadSubpathPod(t *testing.T, fail func(*fakeMounts)) (*fakeNode, mounter.SubpathBind) {
+	t.Helper()
+	f := newFakeNode(t)
+	ctx := context.Background()
+	if err := f.stage(ctx, "vol", rwo); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.publish(ctx, "vol", "pod", false); err != nil {
+		t.Fatal(err)
+	}
+	target := f.targetPath("pod", "vol")
+	bind := mounter.SubpathBind{Path: filepath.Join(f.dir, "pods", "pod", "volume-subpaths", "vol", "app", "0"), Root: "/sub", Unlinked: true}
+	f.mounts.mu.Lock()
+	f.mounts.subpaths = map[string][]mounter.SubpathBind{target: {bind}}
+	fail(f.mounts)
+	f.mounts.mu.Unlock()
+	f.mounts.set(bind.Path, &fakeMount{dead: true})
+
+	f.mu.Lock()
+	w := f.started[len(f.started)-1]
+	f.mu.Unlock()
+	w.Kill() // the worker dies: its mounts with it
+	f.mounts.set(target, &fakeMount{dead: true})
+	return f, bind
 }

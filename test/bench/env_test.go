@@ -246,13 +246,18 @@ func (e *env) workerPIDs() map[string][]int {
 	return out
 }
 
-// driverPIDs is the driver and its workers.
-func (e *env) driverPIDs() []int {
-	pids := []int{e.driver.cmd.Process.Pid}
+// allWorkerPIDs are the workers of every volume.
+func (e *env) allWorkerPIDs() []int {
+	var pids []int
 	for _, ps := range e.workerPIDs() {
 		pids = append(pids, ps...)
 	}
 	return pids
+}
+
+// driverPIDs is the driver and its workers.
+func (e *env) driverPIDs() []int {
+	return append([]int{e.driver.cmd.Process.Pid}, e.allWorkerPIDs()...)
 }
 
 // volume is a PV of bucket i.

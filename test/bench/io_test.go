@@ -179,11 +179,7 @@ func BenchmarkSeqRead(b *testing.B) {
 			defer e.forgetVolumes(b)
 			defer e.stopDriver()
 			target := e.publishOne(b, "big", r)
-			var workers []int
-			for _, ps := range e.workerPIDs() {
-				workers = append(workers, ps...)
-			}
-			return read(b, "csi-rclone", r, workers, filepath.Join(target, "big.bin"))
+			return read(b, "csi-rclone", r, e.allWorkerPIDs(), filepath.Join(target, "big.bin"))
 		}},
 		{"rclone-mount2-same", func(b *testing.B, r int) sample {
 			defer e.unmountAll()
@@ -275,11 +271,7 @@ func BenchmarkSeqWrite(b *testing.B) {
 			defer e.forgetVolumes(b)
 			defer e.stopDriver()
 			target := e.publishOne(b, "big", r)
-			var workers []int
-			for _, ps := range e.workerPIDs() {
-				workers = append(workers, ps...)
-			}
-			return writeAndSync(b, "csi-rclone", r, workers, target, "written-by-csi-rclone.bin")
+			return writeAndSync(b, "csi-rclone", r, e.allWorkerPIDs(), target, "written-by-csi-rclone.bin")
 		}},
 		{"rclone-mount2-same", func(b *testing.B, r int) sample {
 			defer e.unmountAll()
